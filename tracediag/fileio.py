@@ -1,0 +1,52 @@
+"""Reading input files: transparent gzip, content sniffing, errors that name the file."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from pathlib import Path
+
+from tracediag.errors import TraceInputError
+
+GZIP_MAGIC = b"\x1f\x8b"
+PARQUET_MAGIC = b"PAR1"
+
+
+def is_gzip(path: Path) -> bool:
+    """True when the file starts with the gzip magic number (whatever its extension)."""
+    with open(path, "rb") as f:
+        return f.read(2) == GZIP_MAGIC
+
+
+def head(path: Path, n: int = 4096) -> bytes:
+    """The first ``n`` bytes of the file's content, decompressed when it is gzip."""
+    try:
+        if is_gzip(path):
+            with gzip.open(path, "rb") as f:
+                return f.read(n)
+        with open(path, "rb") as f:
+            return f.read(n)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise TraceInputError(path, f"cannot read: {_reason(exc)}") from None
+
+
+def read_bytes(path: Path) -> bytes:
+    """The whole content, decompressed when it is gzip; truncated or corrupt gzip is an error."""
+    try:
+        if is_gzip(path):
+            with gzip.open(path, "rb") as f:
+                data = f.read()
+        else:
+            data = Path(path).read_bytes()
+    except EOFError:
+        raise TraceInputError(path, "truncated gzip stream (file ends before the end of the data)") from None
+    except (OSError, zlib.error) as exc:
+        raise TraceInputError(path, f"cannot read: {_reason(exc)}") from None
+    if not data.strip():
+        raise TraceInputError(path, "empty file")
+    return data
+
+
+def _reason(exc: BaseException) -> str:
+    text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return " ".join(text.split())

@@ -1,0 +1,307 @@
+"""The dependency graph of a job: nodes, edges (CSR), binding predecessors, topological order.
+
+Nodes are events (markers excluded) plus a few zero-duration helper nodes that make the
+semantics of ARCHITECTURE.md explicit:
+
+- a collective event becomes an *arrival* node (when this rank reached the collective: its
+  local predecessors point here) and a *body* node (the transfer, from when the last
+  participant arrived to the end); every arrival of an instance points to one *instance* node
+  (at the last arrival) that points to every participant's body (2k edges, not k^2);
+- a ``sync`` event (stream/device synchronize) with ``sync`` edges becomes its begin node and a
+  *completion* node that the awaited GPU work points to: the call returns when that work ends.
+
+Every node's start is bound by its latest-finishing predecessor (its binding edge); the rest of
+the start is the node's ``gap``, latency the trace shows but does not explain. Everything is numpy
+arrays; no Python object per node.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from tracediag import schema as S
+
+# Node roles
+BODY, ARRIVAL, INSTANCE, COMPLETION = 0, 1, 2, 3
+
+# Edge codes (why a predecessor constrains a node)
+PROGRAM_ORDER, DEPENDENCY, DMA_TRIGGER, LAUNCH, FLOW, SYNC = 0, 1, 2, 3, 4, 5
+COLL_ARRIVAL, COLL_START, SYNC_DONE = 6, 7, 8
+EDGE_CODE_NAMES = (
+    "program_order",
+    "dependency",
+    "dma_trigger",
+    "launch",
+    "flow",
+    "sync",
+    "collective_arrival",
+    "collective_start",
+    "sync_completion",
+)
+_FORMAT_EDGE_CODES = {
+    "dependency": DEPENDENCY,
+    "dma_trigger": DMA_TRIGGER,
+    "launch": LAUNCH,
+    "flow": FLOW,
+    "sync": SYNC,
+}
+
+
+@dataclass
+class Graph:
+    """Node arrays, predecessor CSR and the binding predecessor of every node."""
+
+    start: np.ndarray  # int64 ns
+    dur: np.ndarray  # int64 ns
+    rank: np.ndarray  # int32 (-1 for instance nodes)
+    track: np.ndarray  # int32 (-1 for instance nodes)
+    event: np.ndarray  # int64 event id (-1 for instance nodes)
+    role: np.ndarray  # int8: BODY, ARRIVAL, INSTANCE, COMPLETION
+    coll_key: np.ndarray  # int64 collective instance (-1 elsewhere)
+    pred_ptr: np.ndarray  # CSR over destinations: preds of v are pred_src[pred_ptr[v]:pred_ptr[v+1]]
+    pred_src: np.ndarray
+    pred_code: np.ndarray  # int8 edge code of each predecessor edge
+    bind: np.ndarray  # binding predecessor (-1 for roots)
+    bind_code: np.ndarray  # edge code of the binding edge (-1 for roots)
+    gap: np.ndarray  # start - end[bind] (0 for roots)
+    order: np.ndarray  # a topological order of the nodes
+    event_node: np.ndarray  # per event: the node where its successors attach (-1 for markers)
+    event_in_node: np.ndarray  # per event: the node its predecessors point to
+    dropped_edges: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def end(self) -> np.ndarray:
+        """Node end times (ns)."""
+        return self.start + self.dur
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+def _program_order_pairs(ev_rank_track: np.ndarray, ts: np.ndarray, ids: np.ndarray):
+    order = np.lexsort((ids, ts, ev_rank_track))
+    same = ev_rank_track[order][1:] == ev_rank_track[order][:-1]
+    return ids[order][:-1][same], ids[order][1:][same]
+
+
+def build_graph(trace: S.Trace) -> Graph:
+    """Build the dependency graph of an (aligned) trace."""
+    ev = trace.events
+    n_ev = len(ev)
+    kind = ev[S.KIND].astype(str).to_numpy()
+    in_graph = kind != "marker"
+    ids = np.flatnonzero(in_graph)
+    ts = ev[S.TS].to_numpy()
+    dur = ev[S.DUR].to_numpy()
+    rank = ev[S.RANK].to_numpy()
+    track = ev[S.TRACK].to_numpy()
+
+    # --- body nodes: one per graph event ------------------------------------------------
+    n_body = len(ids)
+    body_of = np.full(n_ev, -1, dtype=np.int64)
+    body_of[ids] = np.arange(n_body)
+    starts = [ts[ids]]
+    durs = [dur[ids]]
+    ranks = [rank[ids]]
+    tracks = [track[ids]]
+    events = [ids.astype(np.int64)]
+    roles = [np.full(n_body, BODY, dtype=np.int8)]
+    ckeys = [np.full(n_body, -1, dtype=np.int64)]
+    in_node = body_of.copy()
+    out_node = body_of.copy()
+    src_list: list[np.ndarray] = []
+    dst_list: list[np.ndarray] = []
+    code_list: list[np.ndarray] = []
+    next_id = n_body
+
+    # --- collectives: arrival + instance + body ------------------------------------------
+    coll = trace.collectives
+    coll = coll.loc[in_graph[coll[S.EVENT].to_numpy()]] if len(coll) else coll
+    if len(coll):
+        c_ev = coll[S.EVENT].to_numpy()
+        c_key = coll[S.COLL_KEY].to_numpy()
+        arrival = coll[S.ARRIVAL].to_numpy()
+        last_arrival = coll.groupby(S.COLL_KEY)[S.ARRIVAL].transform("max").to_numpy()
+        c_end = coll[S.END].to_numpy()
+        eff_start = np.minimum(np.maximum(coll[S.START].to_numpy(), last_arrival), c_end)
+        b = body_of[c_ev]
+        starts[0][b] = eff_start
+        durs[0][b] = c_end - eff_start
+        ckeys[0][b] = c_key
+        n_c = len(coll)
+        arr_nodes = next_id + np.arange(n_c)
+        next_id += n_c
+        starts.append(arrival)
+        durs.append(np.zeros(n_c, dtype=np.int64))
+        ranks.append(rank[c_ev])
+        tracks.append(track[c_ev])
+        events.append(c_ev.astype(np.int64))
+        roles.append(np.full(n_c, ARRIVAL, dtype=np.int8))
+        ckeys.append(c_key)
+        in_node[c_ev] = arr_nodes
+        uniq_keys, inv = np.unique(c_key, return_inverse=True)
+        inst_nodes = next_id + np.arange(len(uniq_keys))
+        next_id += len(uniq_keys)
+        inst_start = pd.Series(arrival).groupby(inv).max().to_numpy()
+        starts.append(inst_start)
+        durs.append(np.zeros(len(uniq_keys), dtype=np.int64))
+        ranks.append(np.full(len(uniq_keys), -1, dtype=rank.dtype))
+        tracks.append(np.full(len(uniq_keys), -1, dtype=track.dtype))
+        events.append(np.full(len(uniq_keys), -1, dtype=np.int64))
+        roles.append(np.full(len(uniq_keys), INSTANCE, dtype=np.int8))
+        ckeys.append(uniq_keys.astype(np.int64))
+        src_list += [arr_nodes, inst_nodes[inv]]
+        dst_list += [inst_nodes[inv], b]
+        code_list += [np.full(n_c, COLL_ARRIVAL, np.int8), np.full(n_c, COLL_START, np.int8)]
+
+    # --- sync calls that wait for device work: begin (body, zero length) + completion -------
+    edges = trace.edges
+    e_src = edges[S.SRC].to_numpy()
+    e_dst = edges[S.DST].to_numpy()
+    e_kind = edges[S.EDGE_KIND].astype(str).to_numpy()
+    completion = (e_kind == "sync") & (kind[e_dst] == "sync") if len(edges) else np.zeros(0, bool)
+    sync_ev = np.unique(e_dst[completion])
+    sync_ev = sync_ev[in_graph[sync_ev]]
+    if len(sync_ev):
+        n_s = len(sync_ev)
+        comp_nodes = next_id + np.arange(n_s)
+        next_id += n_s
+        durs[0][body_of[sync_ev]] = 0
+        starts.append(ts[sync_ev] + dur[sync_ev])
+        durs.append(np.zeros(n_s, dtype=np.int64))
+        ranks.append(rank[sync_ev])
+        tracks.append(track[sync_ev])
+        events.append(sync_ev.astype(np.int64))
+        roles.append(np.full(n_s, COMPLETION, dtype=np.int8))
+        ckeys.append(np.full(n_s, -1, dtype=np.int64))
+        out_node[sync_ev] = comp_nodes
+        src_list.append(body_of[sync_ev])
+        dst_list.append(comp_nodes)
+        code_list.append(np.full(n_s, SYNC_DONE, np.int8))
+
+    start = np.concatenate(starts).astype(np.int64)
+    node_dur = np.concatenate(durs).astype(np.int64)
+    dropped: dict[str, int] = {}
+
+    # --- program order per track ------------------------------------------------------------
+    rt = rank[ids].astype(np.int64) * (int(track.max(initial=0)) + 1) + track[ids]
+    a, b2 = _program_order_pairs(rt, ts[ids], ids)
+    # A collective may be triggered while the previous one on its stream still runs (Neuron
+    # queues triggers): then program order binds its transfer, not its arrival.
+    prev_end = start[out_node[a]] + node_dur[out_node[a]]
+    po_dst = np.where(start[in_node[b2]] >= prev_end, in_node[b2], body_of[b2])
+    src_list.append(out_node[a])
+    dst_list.append(po_dst)
+    code_list.append(np.full(len(a), PROGRAM_ORDER, np.int8))
+
+    # --- explicit edges from the format ----------------------------------------------------
+    if len(edges):
+        keep = in_graph[e_src] & in_graph[e_dst]
+        dropped_marker = int((~keep).sum())
+        if dropped_marker:
+            dropped["edges touching annotation-only events (not graph nodes)"] = dropped_marker
+        codes = np.array([_FORMAT_EDGE_CODES.get(k, FLOW) for k in np.unique(e_kind)], np.int8)
+        e_code = codes[np.searchsorted(np.unique(e_kind), e_kind)] if len(e_kind) else codes
+        dst_nodes = np.where(completion, out_node[e_dst], in_node[e_dst])
+        src_list.append(out_node[e_src[keep]])
+        dst_list.append(dst_nodes[keep])
+        code_list.append(e_code[keep])
+
+    src = np.concatenate(src_list).astype(np.int64)
+    dst = np.concatenate(dst_list).astype(np.int64)
+    code = np.concatenate(code_list).astype(np.int8)
+    self_loop = src == dst
+    backward = start[src] > start[dst]
+    bad = self_loop | backward
+    if bad.any():
+        dropped["edges against time (successor starts before its predecessor)"] = int(bad.sum())
+        src, dst, code = src[~bad], dst[~bad], code[~bad]
+    n = len(start)
+    end = start + node_dur
+    # Binding predecessor: latest end; on ties prefer an explicit edge over program order,
+    # then the lowest node id, so the choice is deterministic.
+    explicit_first = (code == PROGRAM_ORDER).astype(np.int8)
+    o = np.lexsort((src, explicit_first, -end[src], dst))
+    src, dst, code = src[o], dst[o], code[o]
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(ptr, dst + 1, 1)
+    ptr = np.cumsum(ptr)
+    bind = np.full(n, -1, dtype=np.int64)
+    bind_code = np.full(n, -1, dtype=np.int8)
+    has = ptr[1:] > ptr[:-1]
+    bind[has] = src[ptr[:-1][has]]
+    bind_code[has] = code[ptr[:-1][has]]
+    gap = np.zeros(n, dtype=np.int64)
+    gap[has] = start[has] - end[bind[has]]
+    role = np.concatenate(roles)
+    order, cut = _topological_order(start, end, role, src, dst, ptr)
+    if cut:
+        dropped["edges in cycles"] = cut
+    return Graph(
+        start=start,
+        dur=node_dur,
+        rank=np.concatenate(ranks).astype(np.int32),
+        track=np.concatenate(tracks).astype(np.int32),
+        event=np.concatenate(events),
+        role=role,
+        coll_key=np.concatenate(ckeys),
+        pred_ptr=ptr,
+        pred_src=src,
+        pred_code=code,
+        bind=bind,
+        bind_code=bind_code,
+        gap=gap,
+        order=order,
+        event_node=out_node,
+        event_in_node=in_node,
+        dropped_edges=dropped,
+    )
+
+
+_ROLE_PRIORITY = np.array([2, 0, 1, 3], dtype=np.int8)  # body, arrival, instance, completion
+
+
+def _topological_order(start, end, role, src, dst, ptr) -> tuple[np.ndarray, int]:
+    """Nodes in an order where every edge goes forward; time order almost always is one.
+
+    Falls back to Kahn's algorithm when ties or overlaps put an edge backward in time order;
+    edges left in a cycle are ignored for ordering and counted.
+    """
+    n = len(start)
+    order = np.lexsort((np.arange(n), end, _ROLE_PRIORITY[role], start))
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    if not len(src) or (pos[src] < pos[dst]).all():
+        return order, 0
+    indeg = np.diff(ptr).copy()
+    succ_order = np.argsort(src, kind="stable")
+    succ_ptr = np.searchsorted(src[succ_order], np.arange(n + 1))
+    succ = dst[succ_order].tolist()
+    succ_ptr_l = succ_ptr.tolist()
+    indeg_l = indeg.tolist()
+    # Seed in time order so the result stays close to it.
+    ready = deque(int(v) for v in order if indeg_l[v] == 0)
+    out: list[int] = []
+    placed = np.zeros(n, dtype=bool)
+    cut = 0
+    while len(out) < n:
+        while ready:
+            v = ready.popleft()
+            out.append(v)
+            placed[v] = True
+            for i in range(succ_ptr_l[v], succ_ptr_l[v + 1]):
+                w = succ[i]
+                indeg_l[w] -= 1
+                if indeg_l[w] == 0:
+                    ready.append(w)
+        if len(out) < n:  # a cycle: release the earliest unplaced node
+            rest = order[~placed[order]]
+            v = int(rest[0])
+            cut += indeg_l[v]
+            indeg_l[v] = 0
+            ready.append(v)
+    return np.asarray(out, dtype=np.int64), cut

@@ -1,0 +1,129 @@
+"""From user paths to one aligned canonical trace: detect, read, assemble, align."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from tracediag import schema as S
+from tracediag.builder import RankPart, assemble
+from tracediag.errors import TraceInputError
+
+Progress = Callable[[str], None]
+
+
+def _natural_key(p: Path) -> list:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)]
+
+
+def _reader_for(path: Path):
+    from tracediag.parsers import READERS
+
+    for reader in READERS:
+        if reader.sniff(path):
+            return reader
+    return None
+
+
+def discover(paths: Iterable[str | Path]) -> tuple[list[tuple[Path, object]], list[Path]]:
+    """Map user paths to (path, reader) pairs.
+
+    A path a reader accepts is read as is (a Neuron profile directory, a trace file). Another
+    directory is expanded one level (``rank_0/``, ``profile_rank_1/``, per-rank files) and its
+    children are sniffed; children nobody reads are returned as skipped, so the caller can say so.
+    A file the user named that no reader accepts is an error.
+    """
+    found: list[tuple[Path, object]] = []
+    skipped: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise TraceInputError(path, "no such file or directory")
+        reader = _reader_for(path)
+        if reader is not None:
+            found.append((path, reader))
+            continue
+        if path.is_dir():
+            children = sorted(
+                (c for c in path.iterdir() if not c.name.startswith(".")), key=_natural_key
+            )
+            for child in children:
+                child_reader = _reader_for(child)
+                if child_reader is None:
+                    skipped.append(child)
+                else:
+                    found.append((child, child_reader))
+            if not any(p.is_relative_to(path) for p, _ in found):
+                raise TraceInputError(path, "directory holds no trace this tool can read")
+            continue
+        raise TraceInputError(
+            path,
+            "unknown format (expected a Neuron Explorer Parquet profile directory, "
+            "Neuron JSON, or Chrome/Kineto trace JSON)",
+        )
+    return found, skipped
+
+
+def _resolve_rank_collisions(parts: list[RankPart]) -> None:
+    """Ranks a file did not state (``rank_source == 'default'``) take the next free numbers."""
+    taken: dict[int, str] = {}
+    defaulted = []
+    for part in parts:
+        if part.meta.info.get("rank_source") == "default":
+            defaulted.append(part)
+            continue
+        if part.meta.rank in taken:
+            raise TraceInputError(
+                part.meta.sources[0] if part.meta.sources else "?",
+                f"rank {part.meta.rank} is also given by {taken[part.meta.rank]}",
+            )
+        taken[part.meta.rank] = part.meta.sources[0] if part.meta.sources else "?"
+    nxt = 0
+    for part in defaulted:
+        if part.meta.rank in taken:
+            while nxt in taken:
+                nxt += 1
+            part.meta.rank = nxt
+            part.meta.info["rank_source"] = "input order"
+        taken[part.meta.rank] = part.meta.sources[0] if part.meta.sources else "?"
+
+
+def load(
+    paths: Iterable[str | Path],
+    *,
+    align: bool = True,
+    progress: Progress | None = None,
+) -> S.Trace:
+    """Read every path, assemble one canonical trace and align its ranks' clocks."""
+    say = progress or (lambda _msg: None)
+    found, skipped = discover(paths)
+    parts: list[RankPart] = []
+    inputs: list[S.InputFile] = []
+    for path, reader in found:
+        say(f"reading {path} ({reader.FORMAT})")
+        got = reader.read(path)
+        if not got:
+            raise TraceInputError(path, "no events")
+        parts.extend(got)
+        inputs.append(S.InputFile(str(path), reader.FORMAT, [p.meta.rank for p in got]))
+    _resolve_rank_collisions(parts)
+    for inp, _ in zip(inputs, found, strict=True):
+        inp.ranks = [p.meta.rank for p in parts if p.meta.sources and p.meta.sources[0] == inp.path] or inp.ranks
+    try:
+        trace = assemble(parts, inputs)
+    except S.SchemaError as exc:
+        raise TraceInputError(", ".join(i.path for i in inputs), f"invalid trace: {exc}") from None
+    trace.skipped = [str(p) for p in skipped]
+    if align:
+        from tracediag.align import align_clocks
+
+        say("aligning clocks")
+        align_clocks(trace)
+    return trace
+
+
+def stderr_progress(msg: str) -> None:
+    """Progress lines on stderr (the CLI's default for long loads)."""
+    print(f"tracediag: {msg}", file=sys.stderr, flush=True)
