@@ -21,7 +21,10 @@ def test_segments_match_the_hand_walk():
     trace = example_trace()
     _, cp = _path(trace)
     seg = cp.segments
-    got = [(str(c), int(a), int(b)) for c, a, b in zip(seg["category"], seg["start_ns"], seg["end_ns"], strict=True)]
+    got = [
+        (str(c), int(a), int(b))
+        for c, a, b in zip(seg["category"], seg["start_ns"], seg["end_ns"], strict=True)
+    ]
     assert got == [
         ("compute", 680, 780),
         ("gap", 670, 680),

@@ -25,8 +25,13 @@ _EDGES = [
     ("v1", "AR", "dependency"),
     ("AR", "m2", "dependency"),
 ]
-_TRACK_KIND = {"sync": "compute_engine", "tensor": "compute_engine", "vector": "compute_engine",
-               "q0": "dma_queue", "cc": "cc_core"}
+_TRACK_KIND = {
+    "sync": "compute_engine",
+    "tensor": "compute_engine",
+    "vector": "compute_engine",
+    "q0": "dma_queue",
+    "cc": "cc_core",
+}
 _ENGINE = {"sync": "sync", "tensor": "tensor", "vector": "vector", "q0": "dma", "cc": "cc"}
 
 

@@ -26,7 +26,9 @@ def _sync_instances(coll: pd.DataFrame) -> pd.DataFrame:
     return usable.loc[counts >= 2]
 
 
-def estimate_offsets(coll: pd.DataFrame, ranks: list[int]) -> tuple[dict[int, int], dict[int, float]]:
+def estimate_offsets(
+    coll: pd.DataFrame, ranks: list[int]
+) -> tuple[dict[int, int], dict[int, float]]:
     """Offsets (ns to add to each rank's times) and the spread of the residuals per rank.
 
     Ranks that share no synchronous collective with an already solved rank get no entry.

@@ -57,9 +57,16 @@ def sanitize_events(events: pd.DataFrame, meta: S.RankMeta, what: str = "events"
     meta.count(f"{what}: negative duration clamped to 0", int(neg.sum()))
     out = events.assign(orig_row=np.arange(len(events)))
     out = out.loc[~bad].copy()
-    out[S.TS] = ts[~bad].astype("int64")
-    out[S.DUR] = np.maximum(dur[~bad], 0).astype("int64")
+    out[S.TS] = _exact_int64(events[S.TS], ts)[~bad]
+    out[S.DUR] = np.maximum(_exact_int64(events[S.DUR], dur)[~bad], 0)
     return out.reset_index(drop=True)
+
+
+def _exact_int64(col: pd.Series, as_float: np.ndarray) -> np.ndarray:
+    """Integer columns keep their exact values: float64 cannot hold ns timestamps beyond 2**53."""
+    if pd.api.types.is_integer_dtype(col.dtype):
+        return col.to_numpy(dtype="int64", na_value=0)
+    return np.where(np.isfinite(as_float), as_float, 0).astype("int64")
 
 
 def _intern_tracks(parts: list[RankPart]) -> tuple[pd.DataFrame, list[np.ndarray]]:
@@ -77,7 +84,9 @@ def _intern_tracks(parts: list[RankPart]) -> tuple[pd.DataFrame, list[np.ndarray
                     S.TRACK_KIND: ev[TRACK_KIND_COL].iat[i],
                     S.ENGINE: ev[TRACK_ENGINE].iat[i] if TRACK_ENGINE in ev else "",
                     S.DEVICE: ev[TRACK_DEVICE].iat[i] if TRACK_DEVICE in ev else "",
-                    S.CLOCK: ev[TRACK_CLOCK].iat[i] if TRACK_CLOCK in ev else f"rank{part.meta.rank}",
+                    S.CLOCK: ev[TRACK_CLOCK].iat[i]
+                    if TRACK_CLOCK in ev
+                    else f"rank{part.meta.rank}",
                 }
             )
         codes_per_part.append(codes.astype("int32") + base)
@@ -116,7 +125,14 @@ def assemble(parts: list[RankPart], inputs: list[S.InputFile] | None = None) -> 
         ev = part.events.drop(
             columns=[
                 c
-                for c in (TRACK_LABEL, TRACK_KIND_COL, TRACK_ENGINE, TRACK_DEVICE, TRACK_CLOCK, "orig_row")
+                for c in (
+                    TRACK_LABEL,
+                    TRACK_KIND_COL,
+                    TRACK_ENGINE,
+                    TRACK_DEVICE,
+                    TRACK_CLOCK,
+                    "orig_row",
+                )
                 if c in part.events
             ]
         )
@@ -186,9 +202,14 @@ def _concat_events(frames: list[pd.DataFrame]) -> pd.DataFrame:
             else:
                 dtype = S.EVENT_OPTIONAL.get(col, "float64")
                 fill = np.nan if dtype in ("float64", "category") else -1
-                pieces.append(pd.Series(np.full(len(f), fill), dtype="float64" if fill is np.nan else dtype))
+                pieces.append(
+                    pd.Series(np.full(len(f), fill), dtype="float64" if fill is np.nan else dtype)
+                )
         if col in cat_cols:
-            as_str = [p.astype(object).where(p.notna(), None) if len(p) else p.astype(object) for p in pieces]
+            as_str = [
+                p.astype(object).where(p.notna(), None) if len(p) else p.astype(object)
+                for p in pieces
+            ]
             out[col] = pd.Categorical(pd.concat(as_str, ignore_index=True))
         else:
             out[col] = pd.concat(pieces, ignore_index=True)

@@ -93,7 +93,17 @@ def walk(graph: G.Graph, trace: S.Trace) -> CriticalPath:
     n = len(graph)
     if n == 0:
         empty = pd.DataFrame(
-            columns=["node", "event", "rank", "track", "category", "engine", "start_ns", "end_ns", "dur_ns"]
+            columns=[
+                "node",
+                "event",
+                "rank",
+                "track",
+                "category",
+                "engine",
+                "start_ns",
+                "end_ns",
+                "dur_ns",
+            ]
         )
         return CriticalPath(empty, 0, 0)
     end = graph.end
@@ -168,7 +178,9 @@ def _segments_frame(graph, trace, nodes, cats, a, b) -> pd.DataFrame:
             "event": event,
             "rank": rank,
             "track": track,
-            "category": pd.Categorical(np.asarray(CATEGORIES)[np.asarray(cats, dtype=np.int64)], categories=CATEGORIES),
+            "category": pd.Categorical(
+                np.asarray(CATEGORIES)[np.asarray(cats, dtype=np.int64)], categories=CATEGORIES
+            ),
             "engine": engine,
             "start_ns": start,
             "end_ns": stop,

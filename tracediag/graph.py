@@ -62,7 +62,9 @@ class Graph:
     event: np.ndarray  # int64 event id (-1 for instance nodes)
     role: np.ndarray  # int8: BODY, ARRIVAL, INSTANCE, COMPLETION
     coll_key: np.ndarray  # int64 collective instance (-1 elsewhere)
-    pred_ptr: np.ndarray  # CSR over destinations: preds of v are pred_src[pred_ptr[v]:pred_ptr[v+1]]
+    pred_ptr: (
+        np.ndarray
+    )  # CSR over destinations: preds of v are pred_src[pred_ptr[v]:pred_ptr[v+1]]
     pred_src: np.ndarray
     pred_code: np.ndarray  # int8 edge code of each predecessor edge
     bind: np.ndarray  # binding predecessor (-1 for roots)

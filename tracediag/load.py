@@ -110,7 +110,9 @@ def load(
         inputs.append(S.InputFile(str(path), reader.FORMAT, [p.meta.rank for p in got]))
     _resolve_rank_collisions(parts)
     for inp, _ in zip(inputs, found, strict=True):
-        inp.ranks = [p.meta.rank for p in parts if p.meta.sources and p.meta.sources[0] == inp.path] or inp.ranks
+        inp.ranks = [
+            p.meta.rank for p in parts if p.meta.sources and p.meta.sources[0] == inp.path
+        ] or inp.ranks
     try:
         trace = assemble(parts, inputs)
     except S.SchemaError as exc:

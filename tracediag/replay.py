@@ -27,12 +27,16 @@ class WhatIf:
     @staticmethod
     def durations(nodes, values) -> WhatIf:
         """Set the durations of ``nodes`` to ``values`` (ns)."""
-        return WhatIf(dur_nodes=np.asarray(nodes, np.int64), dur_values=np.asarray(values, np.int64))
+        return WhatIf(
+            dur_nodes=np.asarray(nodes, np.int64), dur_values=np.asarray(values, np.int64)
+        )
 
     @staticmethod
     def gaps(nodes, values) -> WhatIf:
         """Set the gaps (unexplained latency before the start) of ``nodes`` to ``values`` (ns)."""
-        return WhatIf(gap_nodes=np.asarray(nodes, np.int64), gap_values=np.asarray(values, np.int64))
+        return WhatIf(
+            gap_nodes=np.asarray(nodes, np.int64), gap_values=np.asarray(values, np.int64)
+        )
 
     def __add__(self, other: WhatIf) -> WhatIf:
         def cat(a, b):

@@ -1,0 +1,111 @@
+"""CMP302: an engine other than the tensor engine bounds the step."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracediag import schema as S
+from tracediag.findings import Severity
+from tracediag.peers import busy_ns_by_group
+from tracediag.replay import WhatIf
+from tracediag.rule import Rule, severity_by_saving
+from tracediag.units import fmt_ns
+
+NEURON_ENGINES = ("tensor", "vector", "scalar", "gpsimd", "sync")
+
+
+class BottleneckEngine(Rule):
+    code = "CMP302"
+    name = "bottleneck-engine"
+    title = "A non-tensor engine bounds the step"
+    severity = Severity.WARNING
+    options = {"min_ratio": 1.0, "warn_saving_pct": 5.0, "error_saving_pct": 25.0}
+    doc = {
+        "what it finds": "NeuronCores whose busiest engine (union of its instructions' time) is "
+        "not the tensor engine, and whose critical path runs on that engine longer than on the "
+        "tensor engine: the vector, scalar or GpSimd engine, not the matmuls, sets the pace.",
+        "why it matters": "The perfect pipeline of a NeuronCore runs as fast as its busiest engine. "
+        "When that is not the tensor engine, the FLOPs you pay for wait on elementwise work, "
+        "activations or custom kernels.",
+        "how to fix": "Move work off the bottleneck engine: fuse elementwise operations, pick "
+        "activations the scalar engine implements natively, rebalance work between vector and "
+        "GpSimd, check `performance_mode` and data types of the engine's instructions.",
+        "example": "`CMP302 warning rank 0 vector: busy 2.1 ms against the tensor engine's 1.2 ms; "
+        "the critical path runs 1.6 ms on it. Balanced with the tensor engine the step would be "
+        "0.8 ms shorter.`",
+    }
+
+    def check(self, ctx, opts):
+        ev = ctx.trace.events
+        engines = ctx.trace.tracks[S.ENGINE].astype(str).to_numpy()
+        eng = engines[ev[S.TRACK].to_numpy()]
+        comp = (ev[S.KIND].to_numpy() == "compute") & np.isin(eng, NEURON_ENGINES)
+        if not comp.any():
+            return
+        rank = ev[S.RANK].to_numpy()[comp]
+        e = eng[comp]
+        key = rank.astype(np.int64) * len(NEURON_ENGINES) + np.searchsorted(
+            np.array(sorted(NEURON_ENGINES)), e
+        )
+        s = ev[S.TS].to_numpy()[comp]
+        busy = busy_ns_by_group(key, s, s + ev[S.DUR].to_numpy()[comp])
+        names = np.array(sorted(NEURON_ENGINES))
+        by_rank: dict[int, dict[str, int]] = {}
+        for k, v in busy.items():
+            by_rank.setdefault(int(k) // len(NEURON_ENGINES), {})[
+                str(names[int(k) % len(NEURON_ENGINES)])
+            ] = int(v)
+        seg = ctx.segments
+        path_eng = (
+            seg[seg["category"].astype(str) == "compute"]
+            .groupby(["rank", "engine"])["dur_ns"]
+            .sum()
+        )
+        # One finding per bottleneck engine across the ranks it bounds (the fix is the same).
+        bound: dict[str, list[int]] = {}
+        for r, b in by_rank.items():
+            top = max(b, key=b.get)
+            tensor = b.get("tensor", 0)
+            if top == "tensor" or b[top] < opts["min_ratio"] * tensor:
+                continue
+            if int(path_eng.get((r, top), 0)) <= int(path_eng.get((r, "tensor"), 0)):
+                continue
+            bound.setdefault(top, []).append(r)
+        for engine, ranks in bound.items():
+            sel = comp.copy()
+            sel[comp] = np.isin(rank, ranks) & (e == engine)
+            # What-if: the engine no busier than the tensor engine (a balanced pipeline).
+            factors = {r: min(1.0, by_rank[r].get("tensor", 0) / by_rank[r][engine]) for r in ranks}
+            ids = np.flatnonzero(sel)
+            per_rank = np.ones(max(ranks) + 1)
+            per_rank[list(factors)] = list(factors.values())
+            f = per_rank[ev[S.RANK].to_numpy()[ids]]
+            nodes = ctx.nodes_of(ids)
+            ok = nodes >= 0
+            change = WhatIf.durations(
+                nodes[ok], np.floor(ctx.graph.dur[nodes[ok]] * f[ok]).astype(np.int64)
+            )
+            saving = ctx.what_if(change)
+            impact = int(sum(int(path_eng.get((r, engine), 0)) for r in ranks))
+            r0 = ranks[0]
+            yield ctx.finding(
+                self,
+                severity=severity_by_saving(ctx.pct(saving), opts, self.severity),
+                message=(
+                    f"The {engine} engine bounds rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}: "
+                    f"busy {fmt_ns(by_rank[r0][engine])} against the tensor engine's {fmt_ns(by_rank[r0].get('tensor', 0))} "
+                    f"on rank {r0}, and the critical path runs {fmt_ns(impact)} on it ({ctx.pct(impact)}% of the step). "
+                    f"Balanced with the tensor engine the step would be {fmt_ns(saving)} shorter."
+                ),
+                ranks=tuple(ranks),
+                engine=engine,
+                start_ns=int(ev[S.TS].to_numpy()[ids].min()),
+                end_ns=int((ev[S.TS].to_numpy()[ids] + ev[S.DUR].to_numpy()[ids]).max()),
+                impact_ns=impact,
+                saving_ns=int(saving),
+                suggestion=f"Move or fuse work off the {engine} engine so the tensor engine sets the pace.",
+                evidence={
+                    "busy_ns_by_engine": {str(r): by_rank[r] for r in ranks},
+                    "scale_factors": factors,
+                },
+            )

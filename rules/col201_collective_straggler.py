@@ -1,0 +1,141 @@
+"""COL201: a rank arrives late at collectives and every other rank waits for it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracediag import schema as S
+from tracediag.findings import Severity
+from tracediag.graph import ARRIVAL
+from tracediag.pace import peer_pace_change
+from tracediag.replay import WhatIf
+from tracediag.rule import Rule, severity_by_saving
+from tracediag.skew import lateness
+from tracediag.units import fmt_ns
+
+
+class CollectiveStraggler(Rule):
+    code = "COL201"
+    name = "collective-straggler"
+    title = "Straggler rank: others wait for it at collectives"
+    severity = Severity.WARNING
+    options = {
+        "min_late_ns": 0,  # ignore lateness below this (raise it when clocks are noisy)
+        "min_impact_pct": 0.5,
+        "warn_saving_pct": 1.0,
+        "error_saving_pct": 10.0,
+    }
+    doc = {
+        "what it finds": "Ranks that arrive at collective operations after the other participants, "
+        "measured on arrivals (the trigger of a Neuron collective, the start of an NCCL kernel) "
+        "after clock alignment, against the median arrival of the *other* participants.",
+        "why it matters": "A synchronous collective cannot finish before its last participant "
+        "arrives: every other rank idles for the straggler, so one slow rank sets the pace of the "
+        "whole job. The critical path shows it as `collective_skew`.",
+        "how to fix": "Look at what the late rank does before the collective (the evidence names "
+        "the engines on its part of the critical path): uneven data or sequence lengths, a slower "
+        "or throttled device, host interference (data loading, logging, garbage collection), or a "
+        "different program (recompilation) on that rank.",
+        "example": "`COL201 warning rank 3: arrives last at 12 of 12 AllReduce, 180 µs after the "
+        "median of the others on average; at the median rank's pace the step would be 2.1 ms "
+        "shorter.`",
+    }
+
+    def check(self, ctx, opts):
+        late = lateness(ctx.trace.collectives)
+        if not len(late):
+            return
+        seg = ctx.segments
+        skew = seg[seg["category"].astype(str) == "collective_skew"]
+        graph = ctx.graph
+        arrival_nodes = np.flatnonzero(graph.role == ARRIVAL)
+        node_of = dict(
+            zip(graph.event[arrival_nodes].tolist(), arrival_nodes.tolist(), strict=True)
+        )
+        for rank, rows in late.groupby(S.RANK):
+            late_rows = rows[(rows["late_ns"] > opts["min_late_ns"])]
+            last_rows = late_rows[late_rows["last"]]
+            impact = int(skew.loc[skew["rank"] == rank, "dur_ns"].sum())
+            if not len(last_rows):
+                continue
+            nodes = np.array([node_of.get(int(e), -1) for e in late_rows[S.EVENT]], dtype=np.int64)
+            ok = nodes >= 0
+            # Its work at the peers' pace, and whatever lateness that leaves cut from its arrivals
+            # (an arrival earlier than the others' cannot start the collective before them).
+            change = peer_pace_change(ctx, [int(rank)]) + WhatIf.gaps(
+                nodes[ok], graph.gap[nodes[ok]] - late_rows["late_ns"].to_numpy()[ok]
+            )
+            saving = ctx.what_if(change)
+            if (
+                ctx.pct(impact) < opts["min_impact_pct"]
+                and ctx.pct(saving) < opts["min_impact_pct"]
+            ):
+                continue
+            n_inst = int(rows[S.COLL_KEY].nunique())
+            ops = last_rows[S.COLL_OP].astype(str).value_counts()
+            worst = last_rows.nlargest(5, "late_ns")
+            mean_late = float(last_rows["late_ns"].mean())
+            engines, layers = _slower_than_peers(ctx, int(rank), int(last_rows[S.ARRIVAL].max()))
+            cause = ""
+            if len(engines):
+                cause = f" Its {engines.index[0]} work runs {fmt_ns(engines.iloc[0])} longer than the median rank's"
+                cause += f", most in {', '.join(layers)}." if layers else "."
+            yield ctx.finding(
+                self,
+                severity=severity_by_saving(ctx.pct(saving), opts, self.severity),
+                message=(
+                    f"Rank {rank} arrives last at {len(last_rows)} of {n_inst} collectives "
+                    f"({', '.join(f'{n} {op}' for op, n in ops.items())}), on average {fmt_ns(mean_late)} "
+                    f"after the median of the other participants; the others wait "
+                    f"{fmt_ns(impact)} on the critical path ({ctx.pct(impact)}% of the step). "
+                    f"Arriving with the median rank, the step would be {fmt_ns(saving)} shorter.{cause}"
+                ),
+                ranks=(int(rank),),
+                engine="cc",
+                layer="",
+                op=str(ops.index[0]),
+                start_ns=int((last_rows[S.ARRIVAL] - last_rows["late_ns"]).min()),
+                end_ns=int(last_rows[S.ARRIVAL].max()),
+                impact_ns=impact,
+                saving_ns=int(saving),
+                suggestion="Find what delays this rank before the collectives (see its engines on the path) and even it out.",
+                evidence={
+                    "late_instances": len(last_rows),
+                    "instances": n_inst,
+                    "mean_late_ns": mean_late,
+                    "max_late_ns": int(last_rows["late_ns"].max()),
+                    "total_late_ns": int(late_rows["late_ns"].sum()),
+                    "worst": [
+                        {"coll_key": int(k), "op": str(o), "late_ns": int(v), "arrival_ns": int(a)}
+                        for k, o, v, a in zip(
+                            worst[S.COLL_KEY],
+                            worst[S.COLL_OP],
+                            worst["late_ns"],
+                            worst[S.ARRIVAL],
+                            strict=True,
+                        )
+                    ],
+                    "excess_over_peers_by_engine_ns": {str(k): int(v) for k, v in engines.items()},
+                    "slowest_layers": layers,
+                },
+            )
+
+
+def _slower_than_peers(ctx, rank: int, until: int):
+    """Where the rank spends more time than its peers before ``until``: excess ns per engine,
+    and the layers with the most excess."""
+    ev = ctx.trace.events
+    excess = ctx.excess_over_peers
+    mine = (ev[S.RANK].to_numpy() == rank) & (ev[S.TS].to_numpy() < until) & (excess > 0)
+    mine &= ev[S.KIND].to_numpy() != "marker"
+    engines = ctx.trace.tracks[S.ENGINE].astype(str).to_numpy()[ev[S.TRACK].to_numpy()[mine]]
+    by_engine = pd.Series(excess[mine]).groupby(engines).sum().sort_values(ascending=False)
+    layers: list[str] = []
+    if S.LAYER in ev:
+        lay = ev[S.LAYER].astype(object).to_numpy()[mine]
+        ok = ~pd.isna(lay)
+        if ok.any():
+            top = pd.Series(excess[mine][ok]).groupby(lay[ok]).sum().sort_values(ascending=False)
+            layers = [str(x) for x in top.index[:3]]
+    return by_engine, layers

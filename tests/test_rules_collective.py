@@ -1,0 +1,66 @@
+"""COL201 and COL202 on the worked example and a four-rank straggler step."""
+
+from __future__ import annotations
+
+from tests.trace_factory import RankSpec, build
+from tests.worked_example import example_trace, rank_part
+from tracediag.builder import assemble
+from tracediag.config import Config
+from tracediag.engine import diagnose
+from tracediag.findings import Severity
+
+WORK, SLOW, AR = 10_000, 13_000, 1_000
+
+
+def _straggler_job(slow_rank: int | None = 2, n_ranks: int = 4, n_steps: int = 3):
+    specs = [RankSpec(r) for r in range(n_ranks)]
+    t = 0
+    prev_coll: dict[int, int] = {}
+    for k in range(n_steps):
+        arrivals = [t + (SLOW if r == slow_rank else WORK) for r in range(n_ranks)]
+        start = max(arrivals)
+        for r, spec in enumerate(specs):
+            v = spec.add("ADD", "vector", "compute", t, arrivals[r], layer=f"layer_{k}")
+            c = spec.add("AllReduce", "cc", "collective", start, start + AR)
+            spec.collective(c, f"ar{k}", arrivals[r])
+            spec.dep(v, c)
+            if r in prev_coll:
+                spec.dep(prev_coll[r], v)
+            prev_coll[r] = c
+        t = start + AR
+    return build(*specs)
+
+
+def test_col201_names_the_straggler_and_saves_its_skew():
+    d = diagnose(_straggler_job(), Config(select=["COL201"]))
+    assert len(d.findings) == 1
+    f = d.findings[0]
+    assert f.ranks == (2,)
+    assert f.impact_ns == 3 * (SLOW - WORK)
+    assert f.saving_ns == 3 * (SLOW - WORK)
+    assert f.evidence["late_instances"] == 3 and f.evidence["mean_late_ns"] == SLOW - WORK
+    assert f.evidence["excess_over_peers_by_engine_ns"] == {"vector": 3 * (SLOW - WORK)}
+    assert f.evidence["slowest_layers"][:1] == ["layer_0"]
+    assert (f.start_ns, f.end_ns) == (WORK, 2 * (SLOW + AR) + SLOW)
+    assert f.severity == Severity.ERROR  # 9 us of a 42 us step
+
+
+def test_col201_clean_job_is_quiet():
+    d = diagnose(_straggler_job(slow_rank=None), Config(select=["COL201"]))
+    assert d.findings == []
+
+
+def test_worked_example_skew_and_exposed_transfer():
+    d = diagnose(example_trace(), Config(select=["COL"]))
+    by_code = {f.code: f for f in d.findings}
+    skew = by_code["COL201"]
+    assert (skew.ranks, skew.impact_ns, skew.saving_ns) == ((1,), 150, 150)
+    assert (skew.start_ns, skew.end_ns) == (420, 570)
+    exposed = by_code["COL202"]
+    assert (exposed.ranks, exposed.impact_ns, exposed.saving_ns) == ((0,), 100, 100)
+
+
+def test_worked_example_without_straggler_has_no_skew():
+    trace = assemble([rank_part(0), rank_part(1)])
+    d = diagnose(trace, Config(select=["COL201"]))
+    assert d.findings == []

@@ -1,0 +1,138 @@
+"""The analysed trace that rules read: graph, critical path, breakdowns, hardware, what-ifs.
+
+Built once per diagnosis by :func:`analyse`; rules never recompute any of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import pandas as pd
+
+from tracediag import hardware as hw
+from tracediag import schema as S
+from tracediag.breakdown import temporal_breakdown
+from tracediag.critical_path import CriticalPath, node_categories, walk
+from tracediag.findings import Finding, Severity
+from tracediag.graph import Graph, build_graph
+from tracediag.peers import dma_frame, event_ordinals, excess_over_peers
+from tracediag.replay import WhatIf, replay
+
+
+@dataclass
+class Analysis:
+    """Everything a rule may read. Times are aligned ns."""
+
+    trace: S.Trace
+    graph: Graph
+    path: CriticalPath
+    own_category: np.ndarray  # per node, index into CATEGORIES
+    gap_category: np.ndarray
+    breakdown: pd.DataFrame  # per rank: compute/communication/memory/idle ns and pct
+    hardware: dict[int, hw.Hardware | None]
+    step_ns: dict[int, int]  # per rank: first start to last end of its graph events
+    segments: pd.DataFrame = field(init=False)  # path segments with their event's fields
+
+    def __post_init__(self) -> None:
+        self.segments = _segments_with_events(self.path.segments, self.trace)
+
+    @cached_property
+    def ordinals(self) -> np.ndarray:
+        """Per event: its position in time order on its track (matches peers across ranks)."""
+        return event_ordinals(self.trace)
+
+    @cached_property
+    def excess_over_peers(self) -> np.ndarray:
+        """Per event: ns longer than the median of the same work on the other ranks."""
+        return excess_over_peers(self.trace, self.ordinals)
+
+    @cached_property
+    def dma(self) -> pd.DataFrame:
+        """DMA events with queue, bytes, bandwidth and the layer they feed (see peers.dma_frame)."""
+        return dma_frame(self.trace, self.ordinals)
+
+    @property
+    def length_ns(self) -> int:
+        """The critical path's length: the window's first start to its last end."""
+        return self.path.length_ns
+
+    def what_if(self, change: WhatIf) -> int:
+        """ns the window would be shorter with ``change``, by replay (never negative)."""
+        return max(0, self.length_ns - replay(self.graph, change).length_ns)
+
+    def pct(self, ns: float) -> float:
+        """``ns`` as a percentage of the critical path, rounded to 0.01."""
+        return round(100.0 * ns / self.length_ns, 2) if self.length_ns else 0.0
+
+    def nodes_of(self, event_ids) -> np.ndarray:
+        """The body node of each event: the node that carries its duration (-1 for markers)."""
+        return _body_nodes(self.graph, np.asarray(event_ids, dtype=np.int64))
+
+    def finding(self, rule, *, severity: Severity | None = None, **fields) -> Finding:
+        """A Finding of ``rule`` with ``impact_pct`` filled from ``impact_ns``."""
+        impact = int(fields.pop("impact_ns", 0))
+        return Finding(
+            code=rule.code,
+            severity=severity if severity is not None else rule.severity,
+            title=fields.pop("title", rule.title),
+            impact_ns=impact,
+            impact_pct=self.pct(impact),
+            **fields,
+        )
+
+    def track_name(self, track: int) -> str:
+        return str(self.trace.tracks[S.TRACK_NAME].iat[int(track)]) if track >= 0 else ""
+
+
+def _body_nodes(graph: Graph, events: np.ndarray) -> np.ndarray:
+    body = np.flatnonzero(graph.role == 0)
+    lookup = pd.Series(body, index=graph.event[body])
+    return lookup.reindex(events).fillna(-1).to_numpy(dtype=np.int64)
+
+
+def _segments_with_events(seg: pd.DataFrame, trace: S.Trace) -> pd.DataFrame:
+    ev = trace.events
+    has = seg["event"].to_numpy() >= 0
+    idx = np.maximum(seg["event"].to_numpy(), 0)
+    out = seg.copy()
+    for col in (S.NAME, S.KIND, S.LAYER, S.OP):
+        if col in ev:
+            vals = ev[col].astype(object).to_numpy()[idx]
+            out[col] = np.where(has, vals, None)
+    for col in (S.BYTES, S.WAIT):
+        if col in ev:
+            out[col] = np.where(has, ev[col].to_numpy()[idx], np.nan)
+    names = trace.tracks[S.TRACK_NAME].astype(str).to_numpy()
+    tr = seg["track"].to_numpy()
+    out["track_name"] = np.where(tr >= 0, names[np.maximum(tr, 0)] if len(names) else "", "")
+    return out
+
+
+def step_times(graph: Graph) -> dict[int, int]:
+    """Per rank: first start to last end of its graph nodes."""
+    ok = graph.rank >= 0
+    df = pd.DataFrame({"rank": graph.rank[ok], "s": graph.start[ok], "e": graph.end[ok]})
+    g = df.groupby("rank").agg(s=("s", "min"), e=("e", "max"))
+    return {int(r): int(row.e - row.s) for r, row in g.iterrows()}
+
+
+def analyse(trace: S.Trace, hardware_overrides: dict | None = None) -> Analysis:
+    """Build the graph, walk the critical path and compute breakdowns for ``trace``."""
+    graph = build_graph(trace)
+    path = walk(graph, trace)
+    own, gapc = node_categories(graph, trace)
+    hardware = {
+        r: hw.resolve(m.hardware, m.format, hardware_overrides) for r, m in trace.meta.items()
+    }
+    return Analysis(
+        trace=trace,
+        graph=graph,
+        path=path,
+        own_category=own,
+        gap_category=gapc,
+        breakdown=temporal_breakdown(trace),
+        hardware=hardware,
+        step_ns=step_times(graph),
+    )

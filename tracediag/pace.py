@@ -1,0 +1,48 @@
+"""What-if: some ranks run at their peers' pace.
+
+Each event of the ranks that takes longer than the median of the same work on the other ranks
+(same track name and ordinal) gets that median duration, and each node whose unexplained gap
+exceeds its peers' median gap gets that median gap. Moving only a straggler's arrivals would not
+do: its own slow work would still hold its engines, so its next arrival would be late again.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracediag import schema as S
+from tracediag.peers import median_of_others
+from tracediag.replay import WhatIf
+
+_DURATION_KINDS = ("compute", "dma", "host")  # collective bodies' length follows from arrivals
+
+
+def peer_pace_change(ctx, ranks) -> WhatIf:
+    """The change that makes ``ranks`` run at the median pace of the other ranks."""
+    ev = ctx.trace.events
+    ranks = np.asarray(list(ranks))
+    excess = ctx.excess_over_peers
+    slow = (
+        np.isin(ev[S.RANK].to_numpy(), ranks)
+        & (excess > 0)
+        & np.isin(ev[S.KIND].to_numpy(), _DURATION_KINDS)
+    )
+    ids = np.flatnonzero(slow)
+    nodes = ctx.nodes_of(ids)
+    ok = nodes >= 0
+    change = WhatIf.durations(nodes[ok], ctx.graph.dur[nodes[ok]] - excess[ids][ok])
+    return change + _gap_change(ctx, ranks)
+
+
+def _gap_change(ctx, ranks: np.ndarray) -> WhatIf:
+    g = ctx.graph
+    has_ev = (g.event >= 0) & (g.bind >= 0)
+    idx = np.flatnonzero(has_ev)
+    names = ctx.trace.tracks[S.TRACK_NAME].astype(str).to_numpy()
+    name_code = pd.factorize(names[g.track[idx]])[0].astype(np.int64)
+    ordinal = ctx.ordinals[g.event[idx]]
+    key = (name_code * (int(ordinal.max(initial=0)) + 1) + ordinal) * 4 + g.role[idx]
+    med = median_of_others(key, g.gap[idx])
+    late = np.isin(g.rank[idx], ranks) & ~np.isnan(med) & (g.gap[idx] > np.nan_to_num(med))
+    return WhatIf.gaps(idx[late], np.floor(med[late]).astype(np.int64))

@@ -1,0 +1,173 @@
+"""Peers of an event: the same work on other ranks, and typical figures to restore a cause to.
+
+Data-parallel ranks run the same program, so the k-th event of a track on one rank is the same
+work as the k-th event of the track of the same name on another rank. What-ifs restore a cause
+to what these peers achieve (the median rank, the typical bandwidth of a queue), never to the
+hardware's peak.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracediag import schema as S
+
+
+def event_ordinals(trace: S.Trace) -> np.ndarray:
+    """Per event: its position in time order on its (rank, track)."""
+    ev = trace.events
+    if not len(ev):
+        return np.zeros(0, dtype=np.int64)
+    key = ev[S.TRACK].to_numpy().astype(np.int64)
+    order = np.lexsort((np.arange(len(ev)), ev[S.TS].to_numpy(), key))
+    k = key[order]
+    first = np.r_[0, np.flatnonzero(k[1:] != k[:-1]) + 1]
+    run_start = np.repeat(first, np.diff(np.r_[first, len(k)]))
+    out = np.empty(len(ev), dtype=np.int64)
+    out[order] = np.arange(len(ev)) - run_start
+    return out
+
+
+def peer_events(trace: S.Trace, ordinals: np.ndarray, event_ids: np.ndarray) -> np.ndarray:
+    """The events on every rank (the given ones included) that match by track name and ordinal."""
+    ev = trace.events
+    names = trace.tracks[S.TRACK_NAME].astype(str).to_numpy()
+    tname = names[ev[S.TRACK].to_numpy()]
+    want = pd.MultiIndex.from_arrays([tname[event_ids], ordinals[event_ids]]).unique()
+    have = pd.MultiIndex.from_arrays([tname, ordinals])
+    return np.flatnonzero(have.isin(want))
+
+
+def dma_frame(trace: S.Trace, ordinals: np.ndarray) -> pd.DataFrame:
+    """DMA events with their queue, bytes, duration, achieved bandwidth and the layer they feed.
+
+    The layer is the DMA's own when the format gives one, else the layer of the instruction
+    its transfer feeds (explicit edge DMA -> instruction), back-filled along the queue so every
+    packet of a block carries its consumer's layer.
+    """
+    ev = trace.events
+    is_dma = (ev[S.KIND] == "dma").to_numpy()
+    ids = np.flatnonzero(is_dma)
+    names = trace.tracks[S.TRACK_NAME].astype(str).to_numpy()
+    df = pd.DataFrame(
+        {
+            "event": ids,
+            "rank": ev[S.RANK].to_numpy()[ids],
+            "track": ev[S.TRACK].to_numpy()[ids],
+            "queue": names[ev[S.TRACK].to_numpy()[ids]] if len(ids) else np.array([], dtype=object),
+            "ts": ev[S.TS].to_numpy()[ids],
+            "dur": ev[S.DUR].to_numpy()[ids],
+            "bytes": ev[S.BYTES].to_numpy()[ids] if S.BYTES in ev else np.full(len(ids), np.nan),
+            "ordinal": ordinals[ids],
+        }
+    )
+    df["bw"] = df["bytes"] / np.maximum(df["dur"], 1) * 1e9  # bytes/s
+    own = ev[S.LAYER].astype(object).to_numpy()[ids] if S.LAYER in ev else np.full(len(ids), None)
+    consumer = _consumer_layer(trace, ids)
+    layer = pd.Series(np.where(pd.isna(own), consumer, own), index=df.index, dtype=object)
+    df = df.sort_values(["track", "ts", "event"])
+    layer = layer.loc[df.index]
+    df["layer"] = layer.groupby(df["track"].to_numpy()).bfill().to_numpy()
+    return df.sort_index()
+
+
+def _consumer_layer(trace: S.Trace, dma_ids: np.ndarray) -> np.ndarray:
+    out = np.full(len(dma_ids), None, dtype=object)
+    ed = trace.edges
+    if not len(ed) or S.LAYER not in trace.events:
+        return out
+    pos = pd.Series(np.arange(len(dma_ids)), index=dma_ids)
+    src = ed[S.SRC].to_numpy()
+    hit = np.isin(src, dma_ids)
+    layers = trace.events[S.LAYER].astype(object).to_numpy()[ed[S.DST].to_numpy()[hit]]
+    ok = ~pd.isna(layers)
+    out[pos.loc[src[hit][ok]].to_numpy()] = layers[ok]
+    return out
+
+
+def typical_bandwidth(dma: pd.DataFrame, min_bytes: float) -> pd.Series:
+    """Median achieved bandwidth per queue name over transfers of at least ``min_bytes``.
+
+    Queues with no such transfer fall back to the median over all their transfers.
+    """
+    big = dma[dma["bytes"] >= min_bytes]
+    typical = big.groupby("queue")["bw"].median()
+    fallback = dma.groupby("queue")["bw"].median()
+    return typical.reindex(fallback.index).fillna(fallback)
+
+
+def interval_overlap(
+    a_start: np.ndarray, a_end: np.ndarray, b_start: np.ndarray, b_end: np.ndarray
+) -> np.ndarray:
+    """For each interval a_i, the ns covered by the union of the b intervals."""
+    if not len(b_start) or not len(a_start):
+        return np.zeros(len(a_start), dtype=np.int64)
+    o = np.argsort(b_start, kind="stable")
+    bs, be = b_start[o], b_end[o]
+    # Merge b into disjoint intervals.
+    run_end = np.maximum.accumulate(be)
+    new = np.r_[True, bs[1:] > run_end[:-1]]
+    ms = bs[new]
+    me = np.maximum.reduceat(run_end, np.flatnonzero(new))
+    covered = np.r_[0, np.cumsum(me - ms)]
+
+    def cum_at(t: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(ms, t, side="right")  # merged intervals starting at or before t
+        inside = np.clip(t - ms[np.maximum(i - 1, 0)], 0, (me - ms)[np.maximum(i - 1, 0)])
+        return covered[np.maximum(i - 1, 0)] * (i > 0) + np.where(i > 0, inside, 0)
+
+    return (cum_at(a_end) - cum_at(a_start)).astype(np.int64)
+
+
+def busy_ns_by_group(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> pd.Series:
+    """Per group id: the length of the union of its intervals (overlaps counted once)."""
+    if not len(group):
+        return pd.Series(dtype="int64")
+    o = np.lexsort((start, group))
+    g, s, e = group[o], start[o].astype(np.int64), end[o].astype(np.int64)
+    new_group = np.r_[True, g[1:] != g[:-1]]
+    # A running max of ends within each group: lift each group above the previous one so a
+    # single cumulative max never carries an end across groups.
+    base = s.min()
+    span = int(e.max() - base) + 1
+    lift = (np.cumsum(new_group) - 1).astype(np.int64) * span
+    run_end = np.maximum.accumulate(e - base + lift) - lift + base
+    prev_end = np.r_[base, run_end[:-1]]
+    add = np.where(new_group, e - s, np.maximum(e - np.maximum(s, prev_end), 0))
+    return pd.Series(add).groupby(g).sum()
+
+
+def median_of_others(group: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per element: the median of the *other* elements of its group (NaN when it is alone)."""
+    n = len(values)
+    if not n:
+        return np.zeros(0)
+    o = np.lexsort((values, group))
+    g, v = group[o], values[o].astype(np.float64)
+    first = np.r_[0, np.flatnonzero(g[1:] != g[:-1]) + 1]
+    sizes = np.diff(np.r_[first, n])
+    start = np.repeat(first, sizes)
+    size = np.repeat(sizes, sizes)
+    pos = np.arange(n) - start
+    # In a sorted group of k, dropping element p leaves k-1: their middle one(s) shift past p.
+    m = size - 1
+    lo, hi = (m - 1) // 2, m // 2
+    lo_i = np.minimum(start + lo + (lo >= pos), n - 1)
+    hi_i = np.minimum(start + hi + (hi >= pos), n - 1)
+    med = np.where(m > 0, (v[lo_i] + v[hi_i]) / 2, np.nan)
+    out = np.empty(n)
+    out[o] = med
+    return out
+
+
+def excess_over_peers(trace: S.Trace, ordinals: np.ndarray) -> np.ndarray:
+    """Per event: its duration minus the median duration of its peers on the other ranks
+    (same track name and ordinal); 0 where it has no peer."""
+    ev = trace.events
+    names = trace.tracks[S.TRACK_NAME].astype(str).to_numpy()
+    name_code = pd.factorize(names[ev[S.TRACK].to_numpy()])[0].astype(np.int64)
+    key = name_code * (int(ordinals.max(initial=0)) + 1) + ordinals
+    dur = ev[S.DUR].to_numpy()
+    med = median_of_others(key, dur)
+    return np.where(np.isnan(med), 0, dur - np.nan_to_num(med)).astype(np.int64)
