@@ -1,0 +1,240 @@
+"""Neuron tables (with Explorer Parquet field names) -> canonical event frames of one rank.
+
+Both readers bring their tables to the Parquet field names (the legacy JSON reader renames its
+keys) and share these mappings: ``Instruction`` -> compute events, ``DmaPacket`` -> DMA events,
+``CcOp`` -> collective events plus collective rows, and the trigger-instruction edges of CcOps.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+from tracediag.parsers.neuron_common import (
+    column,
+    constant,
+    fill_missing,
+    floats,
+    ints,
+    labels,
+    normalise_engines,
+    numbered,
+)
+
+from tracediag import schema as S
+from tracediag.builder import TRACK_DEVICE, TRACK_ENGINE, TRACK_KIND_COL, TRACK_LABEL
+
+_INNER_LIST = re.compile(r"\[([\d,\s]*)\]")
+
+#: Collective rows keep the trigger time here until ``neuron_part.finish_part`` knows the
+#: event times.
+TRIGGER_TS = "_trigger_ts"
+
+
+def times(df: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Start and duration (nullable Int64): ``duration_ns``, else ``end_ts - start_ts``."""
+    start = df["start_ts"].astype("Int64")
+    dur, end = column(df, "duration_ns"), column(df, "end_ts")
+    fallback = (
+        end.astype("Int64") - start
+        if end is not None
+        else pd.Series(pd.NA, index=df.index, dtype="Int64")
+    )
+    dur = fallback if dur is None else dur.astype("Int64").fillna(fallback)
+    return start, dur
+
+
+def _frame(df, kind, name, label, engine, track_kind, device, **optional) -> pd.DataFrame:
+    start, dur = times(df)
+    n = len(df)
+    out = pd.DataFrame(
+        {S.KIND: constant(kind, n), S.NAME: name, S.TS: start.array, S.DUR: dur.array}
+    )
+    for col, values in optional.items():
+        out[col] = values
+    out[TRACK_LABEL] = label
+    out[TRACK_KIND_COL] = constant(track_kind, n)
+    out[TRACK_ENGINE] = engine
+    out[TRACK_DEVICE] = constant(device, n)
+    return out
+
+
+def _sum_present(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a + b where either is known (a missing one counts 0); NaN where both are missing."""
+    return np.where(np.isnan(a) & np.isnan(b), np.nan, np.nan_to_num(a) + np.nan_to_num(b))
+
+
+def instruction_events(df: pd.DataFrame, device: str) -> pd.DataFrame:
+    """``Instruction`` rows -> compute events on one track per engine (and pcore, when several)."""
+    n = len(df)
+    engine = normalise_engines(df["engine"])
+    pcore, pvalid = ints(column(df, "pcore_idx"), n)
+    label = engine
+    if len(np.unique(pcore[pvalid])) > 1:
+        # One label per distinct (engine, pcore) pair, formatted once per pair.
+        pair = engine.codes.astype(np.int64) << 32 | np.where(pvalid, pcore + 1, 0)
+        codes, uniq = pd.factorize(pair)
+        names = [
+            f"{engine.categories[u >> 32]}/pcore{(u & 0xFFFFFFFF) - 1}"
+            if u & 0xFFFFFFFF
+            else engine.categories[u >> 32]
+            for u in uniq
+        ]
+        label = pd.Categorical.from_codes(codes, pd.Index(names, dtype="str"))
+    ids, valid = ints(column(df, "id"), n)
+    bytes_ = _sum_present(
+        floats(column(df, "hbm_read_bytes"), n), floats(column(df, "hbm_write_bytes"), n)
+    )
+    return _frame(
+        df, "compute", fill_missing(labels(column(df, "opcode"), n), "unknown"), label, engine,
+        "compute_engine", device,
+        **{
+            S.BYTES: bytes_,
+            S.FLOPS: floats(column(df, "raw_flops"), n),
+            S.WAIT: floats(column(df, "evt_wait_time_ns"), n),
+            S.LAYER: labels(column(df, "layer"), n),
+            S.OP: labels(column(df, "hlo_name"), n),
+            S.SOURCE: labels(column(df, "nki_source_location"), n),
+            S.SRC_ID: np.where(valid, ids, -1),
+        },
+    )  # fmt: skip
+
+
+def dma_events(df: pd.DataFrame, device: str) -> pd.DataFrame:
+    """``DmaPacket`` (or ``DmaPacketAggregated``) rows -> DMA events, one track per queue."""
+    n = len(df)
+    engine_idx, evalid = ints(column(df, "engine_idx"), n)
+    by_engine = fill_missing(numbered("dma engine ", engine_idx, evalid), "dma")
+    label = fill_missing(labels(column(df, "queue_name"), n), by_engine)
+    variable = labels(column(df, "variable"), n)
+    if "unknown" in variable.categories:  # no DGE notification: no tensor name
+        variable = variable.remove_categories(["unknown"])
+    ids, valid = ints(column(df, "id"), n)
+    return _frame(
+        df, "dma", fill_missing(variable, label), label, constant("dma", n), "dma_queue", device,
+        **{S.BYTES: floats(column(df, "transfer_bytes"), n), S.SRC_ID: np.where(valid, ids, -1)},
+    )  # fmt: skip
+
+
+def cc_events(df: pd.DataFrame, device: str) -> pd.DataFrame:
+    """``CcOp`` rows -> collective events, one track per CC stream."""
+    n = len(df)
+    stream, svalid = ints(column(df, "stream_id"), n)
+    op_id, valid = ints(column(df, "op_id"), n)
+    return _frame(
+        df, "collective", fill_missing(labels(column(df, "operation"), n), "unknown"),
+        fill_missing(numbered("cc stream ", stream, svalid), "cc stream ?"), constant("cc", n),
+        "cc_core", device,
+        **{S.BYTES: _cc_bytes(df), S.SRC_ID: np.where(valid, op_id, -1)},
+    )  # fmt: skip
+
+
+def _cc_bytes(df: pd.DataFrame) -> np.ndarray:
+    n = len(df)
+    return np.fmax(floats(column(df, "input_size"), n), floats(column(df, "output_size"), n))
+
+
+def _member_list(group: str, rank: int) -> str:
+    """The sub-list of a replica-group string holding ``rank`` as "0,1,2,3"; else the whole string."""
+    for body in _INNER_LIST.findall(group):
+        members = sorted(int(x) for x in body.replace(",", " ").split())
+        if rank in members:
+            return ",".join(str(m) for m in members)
+    return "".join(group.split())
+
+
+def _members(groups: np.ndarray, rank: int) -> np.ndarray:
+    codes, uniques = pd.factorize(groups)
+    return np.array([_member_list(g, rank) for g in uniques] + [""], dtype=object)[codes]
+
+
+def _texts(df: pd.DataFrame, name: str, missing: str) -> np.ndarray:
+    """A text column of a small table (one row per collective) as objects."""
+    return np.asarray(fill_missing(labels(column(df, name), len(df)), missing), dtype=object)
+
+
+def cc_collectives(df: pd.DataFrame, first_row: int, rank: int, meta: S.RankMeta) -> pd.DataFrame:
+    """One collective row per ``CcOp`` row; times are filled in by ``neuron_part.finish_part``."""
+    n = len(df)
+    groups = _texts(df, "replica_group", "")
+    stream, svalid = ints(column(df, "stream_id"), n)
+    op_id, ovalid = ints(column(df, "op_id"), n)
+    if not ovalid.all():
+        # Without an op id, the instance is its ordinal on its stream (in start order).
+        start, _ = times(df)
+        order = pd.DataFrame(
+            {
+                "s": np.where(svalid, stream, -1),
+                "t": start.to_numpy(dtype=np.float64, na_value=np.nan),
+            }
+        )
+        ordinal = (
+            order.sort_values("t", kind="stable").groupby("s").cumcount().sort_index().to_numpy()
+        )
+        op_id = np.where(ovalid, op_id, ordinal)
+        meta.info["collective_seq_from_ordinal"] = int((~ovalid).sum())
+    flat = pd.Series(groups, dtype=object).str.replace(r"\s+", "", regex=True)
+    stream_text = pd.Series(np.where(svalid, stream.astype(str), ""), dtype=object)
+    key = flat + "|" + stream_text + "|" + pd.Series(op_id.astype(str), dtype=object)
+    trigger = column(df, "trigger_start_ts")
+    return pd.DataFrame(
+        {
+            S.EVENT: first_row + np.arange(n, dtype=np.int64),
+            S.MATCH_KEY: key.to_numpy(dtype=object),
+            S.COLL_OP: _texts(df, "operation", "unknown"),
+            S.GROUP: _members(groups, rank),
+            S.SEQ: op_id,
+            S.BYTES: _cc_bytes(df),
+            S.ALGORITHM: _texts(df, "algorithm", ""),
+            S.ALGBW: floats(column(df, "algorithm_bandwidth"), n),
+            S.BUSBW: floats(column(df, "bus_bandwidth"), n),
+            S.DTYPE: _texts(df, "dtype", ""),
+            TRIGGER_TS: trigger.astype("Int64").array
+            if trigger is not None
+            else pd.array([pd.NA] * n, dtype="Int64"),
+        }
+    )
+
+
+def trigger_edges(
+    instr: pd.DataFrame | None,
+    instr_first: int,
+    cc: pd.DataFrame,
+    cc_first: int,
+    has_edge_in: np.ndarray,
+    meta: S.RankMeta,
+) -> pd.DataFrame:
+    """Edges instruction -> CcOp for ops no Flow edge reaches: the instruction on the op's
+    ``trigger_engine`` starting at its ``trigger_start_ts`` (the PSEUDO_TRIGGER_COLLECTIVE)."""
+    n = len(cc)
+    ts, valid = ints(column(cc, "trigger_start_ts"), n)
+    engine = labels(column(cc, "trigger_engine"), n)
+    need = valid & ~has_edge_in & ~engine.isna()
+    wanted = pd.DataFrame(
+        {
+            "e": np.asarray(normalise_engines(engine), dtype=object),
+            "t": ts,
+            "dst": cc_first + np.arange(n),
+        }
+    )[need]
+    hits = wanted.iloc[:0].assign(src=np.zeros(0, dtype=np.int64))
+    if instr is not None and len(wanted):
+        start, svalid = ints(instr["start_ts"], len(instr))
+        near = np.flatnonzero(svalid & np.isin(start, wanted["t"].to_numpy()))  # few rows
+        candidates = pd.DataFrame(
+            {
+                "e": np.asarray(normalise_engines(instr["engine"].iloc[near]), dtype=object),
+                "t": start[near],
+                "src": instr_first + near,
+            }
+        ).drop_duplicates(["e", "t"])
+        hits = wanted.merge(candidates, on=["e", "t"], how="inner")
+    meta.info["collective_trigger_unmatched"] = int(len(wanted) - len(hits))
+    return pd.DataFrame(
+        {
+            S.SRC: hits["src"].to_numpy(dtype=np.int64),
+            S.DST: hits["dst"].to_numpy(dtype=np.int64),
+            S.EDGE_KIND: "dependency",
+        }
+    )

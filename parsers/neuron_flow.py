@@ -1,0 +1,155 @@
+"""Resolving the ids Neuron tables use to refer to each other onto a rank's event rows.
+
+``Flow`` edges name their ends by (table, id): ``instruction`` (Instruction.id), ``dma_packet``
+(DmaPacket.id), ``dma_block``/``dma_packet_aggregated`` (a DMA block: DmaPacket's
+``packet_aggregation_id`` = DmaPacketAggregated.id) and ``cc_op`` (CcOp.op_id). DMA events keep
+packet granularity, so a block resolves to one of its packets: an edge *into* a block binds to
+its first packet (the block cannot start before it is triggered) and an edge *out of* a block
+leaves from its last packet (the block is done when its last packet is).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from tracediag.parsers.neuron_common import IdIndex, column, ints, labels
+from tracediag.parsers.neuron_events import times
+
+from tracediag import schema as S
+
+_INSTRUCTION = "instruction"
+_DMA_PACKET = "dmapacket"
+_DMA_BLOCK = "dmablock"
+_CC_OP = "ccop"
+#: Flow table names (lower-cased, underscores removed) -> the kind of event they name.
+TABLE_ALIASES = {
+    "instruction": _INSTRUCTION,
+    "dmapacket": _DMA_PACKET,
+    "dmablock": _DMA_BLOCK,
+    "dmapacketaggregated": _DMA_BLOCK,
+    "ccop": _CC_OP,
+}
+
+
+def id_index(ids: pd.Series | None, first_row: int, n: int, meta: S.RankMeta, what: str) -> IdIndex:
+    """Index of a table's id column onto its event rows; repeated ids are counted."""
+    values, valid = ints(ids, n)
+    index = IdIndex(values, valid, first_row + np.arange(n, dtype=np.int64))
+    meta.count(f"{what}: repeated id (edges bind to its first row)", index.duplicates)
+    return index
+
+
+Located = tuple[pd.DataFrame, int]  # a table and the event row of its first row
+
+
+@dataclass
+class EventIds:
+    """Source ids -> event rows for every table an edge may name."""
+
+    instruction: IdIndex
+    dma_packet: IdIndex
+    block_first: IdIndex
+    block_last: IdIndex
+    cc_op: IdIndex
+
+    @classmethod
+    def build(
+        cls, meta: S.RankMeta, instr: Located | None, dma: Located | None, cc: Located | None
+    ) -> EventIds:
+        """Index the tables present (None: the table is absent)."""
+
+        def index(table: Located | None, id_column: str, what: str) -> IdIndex:
+            if table is None:
+                return IdIndex.empty()
+            return id_index(column(table[0], id_column), table[1], len(table[0]), meta, what)
+
+        first, last = _block_ends(*dma) if dma else (IdIndex.empty(), IdIndex.empty())
+        return cls(
+            instruction=index(instr, "id", "Instruction"),
+            dma_packet=index(dma, "id", "DmaPacket"),
+            block_first=first,
+            block_last=last,
+            cc_op=index(cc, "op_id", "CcOp"),
+        )
+
+    def resolve(
+        self, kinds: np.ndarray, ids: np.ndarray, valid: np.ndarray, into: bool
+    ) -> np.ndarray:
+        """Event rows of (canonical table, id) ends; -1 where nothing matches.
+
+        ``into``: the end is an edge's destination (a DMA block then binds to its first packet).
+        """
+        rows = np.full(len(ids), -1, dtype=np.int64)
+        by_kind = {
+            _INSTRUCTION: self.instruction,
+            _DMA_PACKET: self.dma_packet,
+            _DMA_BLOCK: self.block_first if into else self.block_last,
+            _CC_OP: self.cc_op,
+        }
+        for kind, index in by_kind.items():
+            mask = kinds == kind
+            if mask.any():
+                rows[mask] = index.lookup(ids[mask], valid[mask])
+        return rows
+
+
+def canonical_tables(tables: pd.Categorical) -> np.ndarray:
+    """Flow table names in canonical form; an unknown name becomes ""."""
+    plain = [str(c).strip().lower().replace("_", "") for c in tables.categories]
+    return np.array([TABLE_ALIASES.get(p, "") for p in plain] + [""], dtype=object)[tables.codes]
+
+
+def _block_ends(dma: pd.DataFrame, first_row: int) -> tuple[IdIndex, IdIndex]:
+    """First packet (earliest start) and last packet (latest end) of each DMA block."""
+    n = len(dma)
+    agg, valid = ints(column(dma, "packet_aggregation_id"), n)
+    start, dur = times(dma)
+    frame = pd.DataFrame(
+        {
+            "agg": agg,
+            "start": start.to_numpy(dtype=np.float64, na_value=np.nan),
+            "end": (start + dur).to_numpy(dtype=np.float64, na_value=np.nan),
+            "row": first_row + np.arange(n, dtype=np.int64),
+        }
+    )
+    frame = frame[valid & np.isfinite(frame["start"]) & np.isfinite(frame["end"])]
+    first = frame.sort_values(["agg", "start", "row"]).drop_duplicates("agg", keep="first")
+    last = frame.sort_values(["agg", "end", "row"]).drop_duplicates("agg", keep="last")
+
+    def index(ends: pd.DataFrame) -> IdIndex:
+        keys = ends["agg"].to_numpy(dtype=np.int64)
+        return IdIndex(keys, np.ones(len(keys), dtype=bool), ends["row"].to_numpy(dtype=np.int64))
+
+    return index(first), index(last)
+
+
+def flow_edges(flow: pd.DataFrame, ids: EventIds, meta: S.RankMeta) -> pd.DataFrame:
+    """``Flow`` rows -> edges (in -> out); ends that resolve to no event are counted, not kept."""
+    n = len(flow)
+    in_tables, out_tables = (
+        labels(column(flow, "in_table"), n),
+        labels(column(flow, "out_table"), n),
+    )
+    in_kinds, out_kinds = canonical_tables(in_tables), canonical_tables(out_tables)
+    in_ids, in_valid = ints(column(flow, "in_id"), n)
+    out_ids, out_valid = ints(column(flow, "out_id"), n)
+    src = ids.resolve(in_kinds, in_ids, in_valid, into=False)
+    dst = ids.resolve(out_kinds, out_ids, out_valid, into=True)
+    unknown = (in_kinds == "") | (out_kinds == "")
+    if unknown.any():
+        names = set(pd.Series(in_tables[in_kinds == ""]).dropna()) | set(
+            pd.Series(out_tables[out_kinds == ""]).dropna()
+        )
+        meta.info["flow_unknown_tables"] = sorted(str(t) for t in names)
+    meta.count("Flow: edges naming a table no event comes from", int(unknown.sum()))
+    unresolved = ~unknown & ((src < 0) | (dst < 0))
+    meta.count("Flow: edges whose id matches no event", int(unresolved.sum()))
+    kept = (src >= 0) & (dst >= 0)
+    to_dma = (out_kinds == _DMA_PACKET) | (out_kinds == _DMA_BLOCK)
+    trigger = ((in_kinds == _INSTRUCTION) & to_dma)[kept]
+    kind = pd.Categorical.from_codes(
+        trigger.astype(np.int8), pd.Index(["dependency", "dma_trigger"], dtype="str")
+    )
+    return pd.DataFrame({S.SRC: src[kept], S.DST: dst[kept], S.EDGE_KIND: kind})

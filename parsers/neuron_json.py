@@ -1,0 +1,215 @@
+"""Reader of legacy Neuron device JSON (``--output-format json``, ``ntff.json``) and summary-json.
+
+Legacy JSON is one object of tables, each a list of row objects, one file per rank (the name may
+carry the rank: ``rank_3.json``, ``profile_rank_3.json``):
+
+- ``instruction``: ``timestamp``, ``duration``, ``subgroup`` (the engine; ``label`` when absent),
+  ``opcode``, ``hlo_name``, ``id``, ``inst_dep_ids`` (-> ``dependency`` edges), ``layer``,
+  ``nki_source_location``, ``evt_wait_time``, ``hbm_read_bytes``, ``hbm_write_bytes``;
+- ``dma``: ``subgroup`` (the queue), ``transfer_size``, ``timestamp``, ``duration``, optional
+  ``id`` and, when present, ``trigger_id`` / ``inst_dep_ids`` naming the instructions that
+  triggered it (-> ``dma_trigger`` edges);
+- ``summary`` (one object) -> ``meta.summary``; ``metadata`` -> ``meta.info``;
+- ``cc_op``: **our own extension, not a Neuron table**: rows with the field names of the Explorer
+  Parquet ``CcOp`` table, mapped like it; its times are in the file's time unit like the rest.
+
+Times are read in the file's unit, which the documentation says is ns and one note says is ps:
+:func:`detect_unit` decides from ``summary.total_time`` and records ``meta.info["timestamp_unit"]``.
+Ids are 64-bit; unsigned values wrap to int64. Older files' bare ``NaN`` literals are read as null.
+
+summary-json (``--output-format summary-json``) is an object of flat Summary objects, one per
+subgraph or model: it gives a part without events, ``meta.info["summary_only"] = True`` and
+``meta.summary = {subgraph: {field: value}}``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tracediag.parsers.neuron_common import column, device_of, ints, numeric_summary, rank_from_name
+from tracediag.parsers.neuron_flow import EventIds
+from tracediag.parsers.neuron_json_tables import (
+    detect_unit,
+    id_lists,
+    load_json,
+    metadata_row,
+    summary_row,
+    table_frame,
+    to_ns,
+)
+from tracediag.parsers.neuron_part import build_part, empty_part
+
+from tracediag import schema as S
+from tracediag.builder import RankPart
+from tracediag.errors import TraceInputError
+from tracediag.fileio import head
+
+FORMAT = "neuron-json"
+
+LEGACY_TABLES = ("instruction", "dma", "summary")
+_READ_TABLES = ("instruction", "dma", "summary", "metadata", "cc_op")
+_SNIFF_BYTES = 1 << 16
+_LEGACY_KEY = re.compile(rb'"(?:instruction|dma|summary)"\s*:\s*\[')
+_FIRST_VALUE_IS_OBJECT = re.compile(rb'^\{\s*"(?:[^"\\]|\\.)*"\s*:\s*\{')
+_SUMMARY_FIELD = re.compile(
+    rb'"(?:total_time|total_exec_time|total_active_time|dma_active_time|hbm_read_bytes|cc_op_count'
+    rb'|mfu_estimated_percent|(?:tensor|vector|scalar|gpsimd|sync)_engine_\w+)"\s*:'
+)
+
+
+def sniff(path: Path) -> bool:
+    """An object holding the legacy tables, or an object of flat Summary objects; never Chrome
+    JSON (``traceEvents`` or a list of events)."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    try:
+        text = head(path, _SNIFF_BYTES)
+    except TraceInputError:
+        return False
+    body = text.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if not body.startswith(b"{") or b'"traceEvents"' in text:
+        return False
+    if _LEGACY_KEY.search(text):
+        return True
+    return bool(_FIRST_VALUE_IS_OBJECT.match(body) and _SUMMARY_FIELD.search(text))
+
+
+def read(path: Path) -> list[RankPart]:
+    """The file's one rank (legacy device JSON) or its summaries (summary-json)."""
+    path = Path(path)
+    meta = S.RankMeta(rank=0, sources=[str(path)], format=FORMAT)
+    doc = load_json(path, meta)
+    if not isinstance(doc, dict) or "traceEvents" in doc:
+        raise TraceInputError(
+            path, "not Neuron JSON (expected an object of tables or of summaries)"
+        )
+    if any(isinstance(doc.get(t), list) for t in LEGACY_TABLES):
+        return [_legacy_part(doc, path, meta)]
+    if doc and all(isinstance(v, dict) for v in doc.values()):
+        _set_rank(meta, path, {})
+        meta.info["summary_only"] = True
+        meta.summary = {str(k): numeric_summary(v) for k, v in doc.items()}
+        return [empty_part(meta)]
+    raise TraceInputError(
+        path, "not Neuron JSON: no instruction/dma/summary table and not summary-json"
+    )
+
+
+def _set_rank(meta: S.RankMeta, path: Path, metadata: dict) -> None:
+    rank = rank_from_name(path.name)
+    if rank is not None:
+        meta.rank, meta.info["rank_source"] = rank, "filename"
+        return
+    gid = pd.to_numeric(
+        pd.Series([metadata.get("worker_gid")], dtype=object), errors="coerce"
+    ).iloc[0]
+    if pd.notna(gid):
+        meta.rank, meta.info["rank_source"] = int(gid), "metadata"
+    else:
+        meta.rank, meta.info["rank_source"] = 0, "default"
+
+
+def _timed(
+    frame: pd.DataFrame | None, table: str, path: Path, required: tuple[str, ...]
+) -> pd.DataFrame | None:
+    if frame is None:
+        return None
+    missing = [c for c in required if c not in frame]
+    if "duration_ns" not in frame and "end_ts" not in frame:
+        missing.append("duration")
+    if missing and len(frame):
+        raise TraceInputError(path, f"table {table!r} rows lack {', '.join(missing)}")
+    return frame if len(frame) else None
+
+
+def _legacy_part(doc: dict, path: Path, meta: S.RankMeta) -> RankPart:
+    metadata = metadata_row(doc)
+    meta.info.update(
+        {
+            str(k): v
+            for k, v in metadata.items()
+            if v is None or isinstance(v, str | int | float | bool)
+        }
+    )
+    _set_rank(meta, path, metadata)
+    meta.hardware = str(metadata.get("instance_type") or "")
+    meta.info["extra_tables"] = sorted(
+        k for k, v in doc.items() if isinstance(v, list) and k not in _READ_TABLES
+    )
+    summary, rows = summary_row(doc, path)
+    meta.summary = numeric_summary(summary)
+    meta.count("summary: rows after the first ignored", max(rows - 1, 0))
+    instr = _timed(
+        table_frame(doc, "instruction", path), "instruction", path, ("start_ts", "engine")
+    )
+    dma = _timed(table_frame(doc, "dma", path), "dma", path, ("start_ts",))
+    cc = _timed(table_frame(doc, "cc_op", path), "cc_op", path, ("start_ts",))
+    divisor = detect_unit(instr, meta.summary.get("total_time"), meta)
+    for frame in (instr, dma, cc):
+        to_ns(frame, divisor)
+    return build_part(
+        meta,
+        device_of(metadata),
+        {"instruction": instr, "dma": dma, "cc": cc},
+        {"instruction": "instruction", "dma": "dma", "cc": "cc_op"},
+        lambda ids, first: _explicit_edges(instr, dma, first, ids, path, meta),
+    )
+
+
+def _explicit_edges(
+    instr: pd.DataFrame | None,
+    dma: pd.DataFrame | None,
+    first: dict[str, int],
+    ids: EventIds,
+    path: Path,
+    meta: S.RankMeta,
+) -> list[pd.DataFrame]:
+    edges = []
+    if instr is not None:
+        edges.append(_dependency_edges(instr, first["instruction"], ids, path, meta))
+    if dma is not None:
+        edges.append(_dma_trigger_edges(dma, first["dma"], ids, path, meta))
+    return edges
+
+
+def _edges(
+    src: np.ndarray, dst: np.ndarray, kind: str, meta: S.RankMeta, what: str
+) -> pd.DataFrame:
+    found = src >= 0
+    meta.count(f"{what}: id matches no event", int((~found).sum()))
+    return pd.DataFrame({S.SRC: src[found], S.DST: dst[found], S.EDGE_KIND: kind})
+
+
+def _dependency_edges(
+    instr: pd.DataFrame, first_row: int, ids: EventIds, path: Path, meta: S.RankMeta
+) -> pd.DataFrame:
+    """``inst_dep_ids`` -> edges dependency -> instruction (instruction ids first, then DMA ids)."""
+    rows, dep_ids = id_lists(column(instr, "inst_dep_ids"), path, "instruction.inst_dep_ids")
+    src = ids.instruction.lookup(dep_ids)
+    missing = src < 0
+    src[missing] = ids.dma_packet.lookup(dep_ids[missing])
+    return _edges(src, first_row + rows, "dependency", meta, "instruction.inst_dep_ids")
+
+
+def _dma_trigger_edges(
+    dma: pd.DataFrame, first_row: int, ids: EventIds, path: Path, meta: S.RankMeta
+) -> pd.DataFrame:
+    """``trigger_id`` / ``inst_dep_ids`` of DMA rows -> edges instruction -> DMA (``dma_trigger``)."""
+    trigger, valid = ints(column(dma, "trigger_id"), len(dma))
+    rows = np.flatnonzero(valid)
+    by_trigger = _edges(
+        ids.instruction.lookup(trigger[rows]),
+        first_row + rows,
+        "dma_trigger",
+        meta,
+        "dma.trigger_id",
+    )
+    rows, dep_ids = id_lists(column(dma, "inst_dep_ids"), path, "dma.inst_dep_ids")
+    by_deps = _edges(
+        ids.instruction.lookup(dep_ids), first_row + rows, "dma_trigger", meta, "dma.inst_dep_ids"
+    )
+    return pd.concat([by_trigger, by_deps], ignore_index=True)

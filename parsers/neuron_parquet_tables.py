@@ -1,0 +1,186 @@
+"""Finding and reading the tables of a Neuron Explorer Parquet profile directory.
+
+One file per table (``Instruction.parquet``) or a table split in parts (``Instruction_0.parquet``,
+``Instruction_1.parquet``, concatenated in part order). A table exists only when the profile has
+that activity, so a missing table is normal. Only the columns a mapping uses are read.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tracediag.errors import TraceInputError
+from tracediag.fileio import PARQUET_MAGIC
+
+#: Tables of the Explorer profile schema (reference version 7.4.0); other Parquet files in a
+#: directory do not make it a Neuron profile.
+KNOWN_TABLES = frozenset(
+    [
+        "ActiveTime",
+        "AssemblyInstruction",
+        "BirInstruction",
+        "CcInstruction",
+        "CcOp",
+        "CcStream",
+        "CoreBarriers",
+        "CpuUsage",
+        "DeviceProfileList",
+        "DmaPacket",
+        "DmaPacketAggregated",
+        "DmaQueuesInfo",
+        "DmaUsage",
+        "DmaUsageSummary",
+        "Error",
+        "ExecutionInfo",
+        "Flow",
+        "FrameworkInstruction",
+        "FrameworkNode",
+        "HbmUsage",
+        "HbmUsageSummaryByType",
+        "HloInstruction",
+        "HostMemUsage",
+        "Instruction",
+        "KernelInstructions",
+        "KernelIterationVariables",
+        "KernelStackFrames",
+        "Metadata",
+        "NeffHeader",
+        "OpcodeSummary",
+        "SbufUsage",
+        "SchemaFields",
+        "SemaphoreUpdate",
+        "StackFrame",
+        "StackFrameFileLocation",
+        "StackFrameFileName",
+        "StackFrameFunctionName",
+        "Summary",
+        "SystemProfileEvents",
+        "SystemProfileHbmUsage",
+        "SystemProfileMetadata",
+        "TensorInfo",
+        "Throttle",
+        "ThrottleSummary",
+        "Warning",
+    ]
+)
+
+_TABLE_FILE = re.compile(r"^(?P<table>[A-Za-z]+)(?:_(?P<part>\d+))?\.parquet$")
+
+
+def _table_of(name: str) -> tuple[str, int] | None:
+    match = _TABLE_FILE.match(name)
+    if not match or match.group("table") not in KNOWN_TABLES:
+        return None
+    part = match.group("part")
+    return match.group("table"), -1 if part is None else int(part)
+
+
+def _has_parquet_magic(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == PARQUET_MAGIC
+    except OSError:
+        return False
+
+
+def is_profile_dir(path: Path) -> bool:
+    """True when ``path`` is a directory holding a known table file with the Parquet magic."""
+    if not path.is_dir():
+        return False
+    try:
+        entries = list(path.iterdir())
+    except OSError:
+        return False
+    return any(_table_of(e.name) and e.is_file() and _has_parquet_magic(e) for e in entries)
+
+
+def table_files(path: Path) -> dict[str, list[Path]]:
+    """The profile's table files by table name, each list in part order."""
+    found: dict[str, list[tuple[int, Path]]] = {}
+    for entry in path.iterdir():
+        table = _table_of(entry.name)
+        if table and entry.is_file():
+            found.setdefault(table[0], []).append((table[1], entry))
+    return {name: [p for _, p in sorted(parts)] for name, parts in found.items()}
+
+
+def _open(path: Path) -> pq.ParquetFile:
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise TraceInputError(
+            path, f"corrupt or unreadable Parquet file ({_one_line(exc)})"
+        ) from None
+
+
+def _read(path: Path, columns: list[str] | None, pf: pq.ParquetFile | None = None) -> pa.Table:
+    try:
+        return (pf or _open(path)).read(columns=columns)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise TraceInputError(path, f"corrupt Parquet file ({_one_line(exc)})") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200] or type(exc).__name__
+
+
+def _to_frame(table: pa.Table) -> pd.DataFrame:
+    """Arrow -> pandas without a Python object per row: integers become nullable ``Int64``
+    (unsigned 64-bit ids wrap to int64, as the device writes them), text becomes Categorical."""
+    for i, fld in enumerate(table.schema):
+        col = table.column(i)
+        if pa.types.is_dictionary(fld.type):
+            col = col.cast(fld.type.value_type)
+        if pa.types.is_integer(col.type) and col.type != pa.int64():
+            col = col.cast(pa.int64(), safe=False)
+        elif pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            col = col.dictionary_encode()
+        table = table.set_column(i, fld.name, col)
+    return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+
+
+def read_table(
+    files: list[Path] | None, columns: list[str] | None, required: tuple[str, ...] = ()
+) -> pd.DataFrame | None:
+    """Read ``columns`` (None: all) of a table's part files; None when the table is absent.
+
+    A part without a ``required`` column, or one pyarrow cannot read, is a TraceInputError that
+    names the file.
+    """
+    if not files:
+        return None
+    tables = []
+    for path in files:
+        pf = _open(path)
+        names = pf.schema_arrow.names
+        missing = [c for c in required if c not in names]
+        if missing:
+            raise TraceInputError(path, f"table lacks required column(s) {', '.join(missing)}")
+        tables.append(_read(path, [c for c in columns if c in names] if columns else None, pf))
+    try:
+        table = pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowException, ValueError) as exc:
+        raise TraceInputError(
+            files[0].parent, f"parts of one table disagree ({_one_line(exc)})"
+        ) from None
+    return _to_frame(table)
+
+
+def row_count(files: list[Path] | None) -> int:
+    """Rows of a table from the files' footers (no column is read)."""
+    return sum(_open(p).metadata.num_rows for p in files or [])
+
+
+def first_row(files: list[Path] | None) -> tuple[dict, int]:
+    """The first row of a one-row table (Summary, Metadata) as plain Python values, and the
+    table's row count."""
+    if not files:
+        return {}, 0
+    table = _read(files[0], None)
+    rows = table.slice(0, 1).to_pylist()
+    return (rows[0] if rows else {}), row_count(files)
