@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from tracediag import schema as S
 
@@ -73,14 +74,17 @@ def _intern_tracks(parts: list[RankPart]) -> tuple[pd.DataFrame, list[np.ndarray
     rows, codes_per_part = [], []
     for part in parts:
         ev = part.events
-        labels = ev[TRACK_LABEL].astype(str)
-        uniq, first, codes = np.unique(labels.to_numpy(), return_index=True, return_inverse=True)
+        # factorize works on Categorical codes: no string per row is compared.
+        codes, uniq = pd.factorize(ev[TRACK_LABEL], sort=True)
+        if (codes < 0).any():
+            raise S.SchemaError("events without a track label")
+        first = pd.Series(np.arange(len(codes))).groupby(codes).min().to_numpy()
         base = len(rows)
         for label, i in zip(uniq, first, strict=True):
             rows.append(
                 {
                     S.RANK: part.meta.rank,
-                    S.TRACK_NAME: label,
+                    S.TRACK_NAME: str(label),
                     S.TRACK_KIND: ev[TRACK_KIND_COL].iat[i],
                     S.ENGINE: ev[TRACK_ENGINE].iat[i] if TRACK_ENGINE in ev else "",
                     S.DEVICE: ev[TRACK_DEVICE].iat[i] if TRACK_DEVICE in ev else "",
@@ -206,11 +210,17 @@ def _concat_events(frames: list[pd.DataFrame]) -> pd.DataFrame:
                     pd.Series(np.full(len(f), fill), dtype="float64" if fill is np.nan else dtype)
                 )
         if col in cat_cols:
-            as_str = [
-                p.astype(object).where(p.notna(), None) if len(p) else p.astype(object)
+            cats = [
+                p
+                if isinstance(p.dtype, pd.CategoricalDtype)
+                else p.astype(object).astype("category")
                 for p in pieces
             ]
-            out[col] = pd.Categorical(pd.concat(as_str, ignore_index=True))
+            # Categories are unioned, codes recoded: no Python string per row.
+            out[col] = union_categoricals(
+                [c.cat.set_categories(c.cat.categories.astype(object)) for c in cats],
+                ignore_order=True,
+            )
         else:
             out[col] = pd.concat(pieces, ignore_index=True)
     return pd.DataFrame(out)

@@ -71,7 +71,7 @@ def _resolve_rank_collisions(parts: list[RankPart]) -> None:
     taken: dict[int, str] = {}
     defaulted = []
     for part in parts:
-        if part.meta.info.get("rank_source") == "default":
+        if part.meta.info.get("rank_source") in ("default", "directory order"):
             defaulted.append(part)
             continue
         if part.meta.rank in taken:
@@ -88,6 +88,21 @@ def _resolve_rank_collisions(parts: list[RankPart]) -> None:
             part.meta.rank = nxt
             part.meta.info["rank_source"] = "input order"
         taken[part.meta.rank] = part.meta.sources[0] if part.meta.sources else "?"
+
+
+def _merge_summaries(parts: list[RankPart]) -> list[RankPart]:
+    """Fold summary-only parts (summary-json) into the device part of the same rank, if given."""
+    summaries = [p for p in parts if p.meta.info.get("summary_only")]
+    devices = {p.meta.rank: p for p in parts if not p.meta.info.get("summary_only")}
+    kept = [p for p in parts if not p.meta.info.get("summary_only")]
+    for s in summaries:
+        target = devices.get(s.meta.rank)
+        if target is None:
+            kept.append(s)  # a rank with metrics but no events: reported, not analysed
+            continue
+        target.meta.info["subgraph_summaries"] = s.meta.summary
+        target.meta.sources += s.meta.sources
+    return kept
 
 
 def load(
@@ -108,6 +123,7 @@ def load(
             raise TraceInputError(path, "no events")
         parts.extend(got)
         inputs.append(S.InputFile(str(path), reader.FORMAT, [p.meta.rank for p in got]))
+    parts = _merge_summaries(parts)
     _resolve_rank_collisions(parts)
     for inp, _ in zip(inputs, found, strict=True):
         inp.ranks = [
