@@ -61,16 +61,16 @@ class BottleneckEngine(Rule):
             .groupby(["rank", "engine"])["dur_ns"]
             .sum()
         )
-        # One finding per bottleneck engine across the ranks it bounds (the fix is the same).
+        # One finding per bottleneck engine across the ranks it bounds (the fix is the same);
+        # the path, which lives on one rank at a time, must run longer on it than on the
+        # tensor engine.
         bound: dict[str, list[int]] = {}
-        for r, b in by_rank.items():
+        for r, b in sorted(by_rank.items()):
             top = max(b, key=b.get)
-            tensor = b.get("tensor", 0)
-            if top == "tensor" or b[top] < opts["min_ratio"] * tensor:
-                continue
-            if int(path_eng.get((r, top), 0)) <= int(path_eng.get((r, "tensor"), 0)):
-                continue
-            bound.setdefault(top, []).append(r)
+            if top != "tensor" and b[top] >= opts["min_ratio"] * b.get("tensor", 0):
+                bound.setdefault(top, []).append(r)
+        on_path = path_eng.groupby(level="engine").sum()
+        bound = {e: r for e, r in bound.items() if on_path.get(e, 0) > on_path.get("tensor", 0)}
         for engine, ranks in bound.items():
             sel = comp.copy()
             sel[comp] = np.isin(rank, ranks) & (e == engine)
@@ -86,7 +86,7 @@ class BottleneckEngine(Rule):
                 nodes[ok], np.floor(ctx.graph.dur[nodes[ok]] * f[ok]).astype(np.int64)
             )
             saving = ctx.what_if(change)
-            impact = int(sum(int(path_eng.get((r, engine), 0)) for r in ranks))
+            impact = int(on_path.get(engine, 0))
             r0 = ranks[0]
             yield ctx.finding(
                 self,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -76,11 +78,13 @@ class CollectiveStraggler(Rule):
             ops = last_rows[S.COLL_OP].astype(str).value_counts()
             worst = last_rows.nlargest(5, "late_ns")
             mean_late = float(last_rows["late_ns"].mean())
-            engines, layers = _slower_than_peers(ctx, int(rank), int(last_rows[S.ARRIVAL].max()))
+            slow = _slower_than_peers(ctx, int(rank), int(last_rows[S.ARRIVAL].max()))
+            engines, layers = slow.by_engine, slow.layers
             cause = ""
             if len(engines):
                 cause = f" Its {engines.index[0]} work runs {fmt_ns(engines.iloc[0])} longer than the median rank's"
                 cause += f", most in {', '.join(layers)}." if layers else "."
+            first_wait = int((last_rows[S.ARRIVAL] - last_rows["late_ns"]).min())
             yield ctx.finding(
                 self,
                 severity=severity_by_saving(ctx.pct(saving), opts, self.severity),
@@ -92,10 +96,12 @@ class CollectiveStraggler(Rule):
                     f"Arriving with the median rank, the step would be {fmt_ns(saving)} shorter.{cause}"
                 ),
                 ranks=(int(rank),),
-                engine="cc",
-                layer="",
+                # The cause, not the symptom: the engine and layers where it is slower than its
+                # peers, from the first of that slow work to its last late arrival.
+                engine=str(engines.index[0]) if len(engines) else "cc",
+                layer=", ".join(layers),
                 op=str(ops.index[0]),
-                start_ns=int((last_rows[S.ARRIVAL] - last_rows["late_ns"]).min()),
+                start_ns=min(first_wait, slow.start_ns) if slow.start_ns is not None else first_wait,
                 end_ns=int(last_rows[S.ARRIVAL].max()),
                 impact_ns=impact,
                 saving_ns=int(saving),
@@ -122,20 +128,36 @@ class CollectiveStraggler(Rule):
             )
 
 
-def _slower_than_peers(ctx, rank: int, until: int):
-    """Where the rank spends more time than its peers before ``until``: excess ns per engine,
-    and the layers with the most excess."""
+@dataclass
+class SlowWork:
+    """Where a rank spends more time than its peers before its late arrivals."""
+
+    by_engine: pd.Series  # excess ns per engine, largest first
+    layers: list[str]  # layers holding most of the excess
+    start_ns: int | None
+    end_ns: int | None
+
+
+def _slower_than_peers(ctx, rank: int, until: int, share: float = 0.25) -> SlowWork:
+    """Excess over peers per engine, and the layers (and their time window) whose excess is at
+    least ``share`` of the largest layer's."""
     ev = ctx.trace.events
     excess = ctx.excess_over_peers
     mine = (ev[S.RANK].to_numpy() == rank) & (ev[S.TS].to_numpy() < until) & (excess > 0)
     mine &= ev[S.KIND].to_numpy() != "marker"
-    engines = ctx.trace.tracks[S.ENGINE].astype(str).to_numpy()[ev[S.TRACK].to_numpy()[mine]]
-    by_engine = pd.Series(excess[mine]).groupby(engines).sum().sort_values(ascending=False)
+    ids = np.flatnonzero(mine)
+    engines = ctx.trace.tracks[S.ENGINE].astype(str).to_numpy()[ev[S.TRACK].to_numpy()[ids]]
+    by_engine = pd.Series(excess[ids]).groupby(engines).sum().sort_values(ascending=False)
     layers: list[str] = []
-    if S.LAYER in ev:
-        lay = ev[S.LAYER].astype(object).to_numpy()[mine]
+    chosen = ids
+    if S.LAYER in ev and len(ids):
+        lay = ev[S.LAYER].astype(object).to_numpy()[ids]
         ok = ~pd.isna(lay)
         if ok.any():
-            top = pd.Series(excess[mine][ok]).groupby(lay[ok]).sum().sort_values(ascending=False)
-            layers = [str(x) for x in top.index[:3]]
-    return by_engine, layers
+            top = pd.Series(excess[ids][ok]).groupby(lay[ok]).sum().sort_values(ascending=False)
+            layers = [str(x) for x, v in top.items() if v >= share * top.iloc[0]]
+            chosen = ids[ok & np.isin(lay, layers)]
+    if not len(chosen):
+        return SlowWork(by_engine, layers, None, None)
+    start = ev[S.TS].to_numpy()[chosen]
+    return SlowWork(by_engine, layers, int(start.min()), int((start + ev[S.DUR].to_numpy()[chosen]).max()))

@@ -129,7 +129,7 @@ def _describe(dma_runs: pd.DataFrame, seg: pd.DataFrame, dma: pd.DataFrame) -> p
     w_ok = waiter >= 0
     w = np.maximum(waiter, 0)
     out = dma_runs.assign(
-        queue=np.where(has, seg["track_name"].to_numpy()[dma_runs["first"].to_numpy()], ""),
+        queue=np.where(has, dma["queue"].reindex(ev_first).to_numpy(), ""),
         layer=np.where(has, dma["layer"].reindex(ev_first).to_numpy(), None),
         waiter_engine=np.where(w_ok, seg["engine"].to_numpy()[w], ""),
         waiter_op=np.where(w_ok, seg["op"].to_numpy()[w] if "op" in seg else None, None),

@@ -40,8 +40,10 @@ def test_col201_names_the_straggler_and_saves_its_skew():
     assert f.saving_ns == 3 * (SLOW - WORK)
     assert f.evidence["late_instances"] == 3 and f.evidence["mean_late_ns"] == SLOW - WORK
     assert f.evidence["excess_over_peers_by_engine_ns"] == {"vector": 3 * (SLOW - WORK)}
-    assert f.evidence["slowest_layers"][:1] == ["layer_0"]
-    assert (f.start_ns, f.end_ns) == (WORK, 2 * (SLOW + AR) + SLOW)
+    assert f.evidence["slowest_layers"] == ["layer_0", "layer_1", "layer_2"]
+    # The cause's engine and layers, from its first slow work to its last late arrival.
+    assert (f.engine, f.layer) == ("vector", "layer_0, layer_1, layer_2")
+    assert (f.start_ns, f.end_ns) == (0, 2 * (SLOW + AR) + SLOW)
     assert f.severity == Severity.ERROR  # 9 us of a 42 us step
 
 
@@ -55,7 +57,7 @@ def test_worked_example_skew_and_exposed_transfer():
     by_code = {f.code: f for f in d.findings}
     skew = by_code["COL201"]
     assert (skew.ranks, skew.impact_ns, skew.saving_ns) == ((1,), 150, 150)
-    assert (skew.start_ns, skew.end_ns) == (420, 570)
+    assert (skew.start_ns, skew.end_ns, skew.engine) == (320, 570, "vector")
     exposed = by_code["COL202"]
     assert (exposed.ranks, exposed.impact_ns, exposed.saving_ns) == ((0,), 100, 100)
 

@@ -17,6 +17,7 @@ from tracediag.breakdown import temporal_breakdown
 from tracediag.critical_path import CriticalPath, node_categories, walk
 from tracediag.findings import Finding, Severity
 from tracediag.graph import Graph, build_graph
+from tracediag.infer import wait_edges
 from tracediag.peers import dma_frame, event_ordinals, excess_over_peers
 from tracediag.replay import WhatIf, replay
 
@@ -33,6 +34,7 @@ class Analysis:
     breakdown: pd.DataFrame  # per rank: compute/communication/memory/idle ns and pct
     hardware: dict[int, hw.Hardware | None]
     step_ns: dict[int, int]  # per rank: first start to last end of its graph events
+    inferred_edges: int = 0  # dependencies inferred from semaphore waits (see infer.py)
     segments: pd.DataFrame = field(init=False)  # path segments with their event's fields
 
     def __post_init__(self) -> None:
@@ -120,7 +122,8 @@ def step_times(graph: Graph) -> dict[int, int]:
 
 def analyse(trace: S.Trace, hardware_overrides: dict | None = None) -> Analysis:
     """Build the graph, walk the critical path and compute breakdowns for ``trace``."""
-    graph = build_graph(trace)
+    inferred = wait_edges(trace)
+    graph = build_graph(trace, inferred)
     path = walk(graph, trace)
     own, gapc = node_categories(graph, trace)
     hardware = {
@@ -135,4 +138,5 @@ def analyse(trace: S.Trace, hardware_overrides: dict | None = None) -> Analysis:
         breakdown=temporal_breakdown(trace),
         hardware=hardware,
         step_ns=step_times(graph),
+        inferred_edges=len(inferred),
     )

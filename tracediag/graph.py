@@ -90,8 +90,12 @@ def _program_order_pairs(ev_rank_track: np.ndarray, ts: np.ndarray, ids: np.ndar
     return ids[order][:-1][same], ids[order][1:][same]
 
 
-def build_graph(trace: S.Trace) -> Graph:
-    """Build the dependency graph of an (aligned) trace."""
+def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Graph:
+    """Build the dependency graph of an (aligned) trace.
+
+    ``extra_edges`` (same columns as ``trace.edges``) are dependencies inferred by analysis,
+    used like the recorded ones.
+    """
     ev = trace.events
     n_ev = len(ev)
     kind = ev[S.KIND].astype(str).to_numpy()
@@ -162,6 +166,8 @@ def build_graph(trace: S.Trace) -> Graph:
 
     # --- sync calls that wait for device work: begin (body, zero length) + completion -------
     edges = trace.edges
+    if extra_edges is not None and len(extra_edges):
+        edges = pd.concat([edges, extra_edges], ignore_index=True)
     e_src = edges[S.SRC].to_numpy()
     e_dst = edges[S.DST].to_numpy()
     e_kind = edges[S.EDGE_KIND].astype(str).to_numpy()

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from tracediag import schema as S
-from tracediag.peers import median_of_others
+from tracediag.peers import median_of_others, peer_track_names
 from tracediag.replay import WhatIf
 
 _DURATION_KINDS = ("compute", "dma", "host")  # collective bodies' length follows from arrivals
@@ -39,7 +39,7 @@ def _gap_change(ctx, ranks: np.ndarray) -> WhatIf:
     g = ctx.graph
     has_ev = (g.event >= 0) & (g.bind >= 0)
     idx = np.flatnonzero(has_ev)
-    names = ctx.trace.tracks[S.TRACK_NAME].astype(str).to_numpy()
+    names = peer_track_names(ctx.trace)
     name_code = pd.factorize(names[g.track[idx]])[0].astype(np.int64)
     ordinal = ctx.ordinals[g.event[idx]]
     key = (name_code * (int(ordinal.max(initial=0)) + 1) + ordinal) * 4 + g.role[idx]

@@ -14,6 +14,24 @@ import pandas as pd
 from tracediag import schema as S
 
 
+def peer_track_names(trace: S.Trace) -> np.ndarray:
+    """Per track, a name equal for the same resource on every rank.
+
+    Neuron engines and queues already are (``tensor``, ``qSyncIO0``). GPU streams drop the
+    device (rank r runs on GPU r: ``gpu3/stream 7`` -> ``stream 7``); CPU threads, whose ids
+    differ everywhere, become ``cpu thread #k`` by the order of their first event on the rank.
+    """
+    tr = trace.tracks
+    names = tr[S.TRACK_NAME].astype(str).str.replace(r"^gpu\d+/", "", regex=True).to_numpy(dtype=object)
+    cpu = (tr[S.TRACK_KIND].astype(str) == "cpu_thread").to_numpy()
+    if cpu.any():
+        ev = trace.events
+        first = ev.groupby(S.TRACK, observed=True)[S.TS].min().reindex(np.arange(len(tr))).to_numpy()
+        order = pd.Series(first[cpu]).groupby(tr[S.RANK].to_numpy()[cpu]).rank(method="first").to_numpy()
+        names[cpu] = ["cpu thread #%d" % k for k in order.astype(int)]
+    return names
+
+
 def event_ordinals(trace: S.Trace) -> np.ndarray:
     """Per event: its position in time order on its (rank, track)."""
     ev = trace.events
@@ -32,8 +50,7 @@ def event_ordinals(trace: S.Trace) -> np.ndarray:
 def peer_events(trace: S.Trace, ordinals: np.ndarray, event_ids: np.ndarray) -> np.ndarray:
     """The events on every rank (the given ones included) that match by track name and ordinal."""
     ev = trace.events
-    names = trace.tracks[S.TRACK_NAME].astype(str).to_numpy()
-    tname = names[ev[S.TRACK].to_numpy()]
+    tname = peer_track_names(trace)[ev[S.TRACK].to_numpy()]
     want = pd.MultiIndex.from_arrays([tname[event_ids], ordinals[event_ids]]).unique()
     have = pd.MultiIndex.from_arrays([tname, ordinals])
     return np.flatnonzero(have.isin(want))
@@ -49,7 +66,7 @@ def dma_frame(trace: S.Trace, ordinals: np.ndarray) -> pd.DataFrame:
     ev = trace.events
     is_dma = (ev[S.KIND] == "dma").to_numpy()
     ids = np.flatnonzero(is_dma)
-    names = trace.tracks[S.TRACK_NAME].astype(str).to_numpy()
+    names = peer_track_names(trace)
     df = pd.DataFrame(
         {
             "event": ids,
@@ -165,7 +182,7 @@ def excess_over_peers(trace: S.Trace, ordinals: np.ndarray) -> np.ndarray:
     """Per event: its duration minus the median duration of its peers on the other ranks
     (same track name and ordinal); 0 where it has no peer."""
     ev = trace.events
-    names = trace.tracks[S.TRACK_NAME].astype(str).to_numpy()
+    names = peer_track_names(trace)
     name_code = pd.factorize(names[ev[S.TRACK].to_numpy()])[0].astype(np.int64)
     key = name_code * (int(ordinals.max(initial=0)) + 1) + ordinals
     dur = ev[S.DUR].to_numpy()

@@ -1,0 +1,71 @@
+"""Dependencies the format does not record but the profiler's wait times reveal.
+
+A Neuron instruction's ``evt_wait_time`` is how long it stalled on a semaphore after it was ready
+to issue. When no recorded edge explains that stall, the event it waited for is the DMA or
+collective on the same rank that finished last inside the stall window [start - wait, start]:
+semaphores are how engines wait for DMA queues and collectives. Legacy JSON profiles (no Flow
+table, no edges into collectives) need this for the critical path to cross those waits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracediag import schema as S
+
+#: Slack for the last ns of a semaphore signal (the wait ends just after the producer ends).
+TOLERANCE_NS = 100
+
+
+def wait_edges(trace: S.Trace) -> pd.DataFrame:
+    """Edges ``producer -> waiter`` (kind ``dependency``) for unexplained semaphore stalls."""
+    ev = trace.events
+    empty = S.empty_frame(S.EDGE_COLUMNS)
+    if S.WAIT not in ev or not len(ev):
+        return empty
+    wait = ev[S.WAIT].to_numpy()
+    ts = ev[S.TS].to_numpy()
+    end = ts + ev[S.DUR].to_numpy()
+    kind = ev[S.KIND].astype(str).to_numpy()
+    rank = ev[S.RANK].to_numpy()
+    waiter = np.flatnonzero((kind == "compute") & np.isfinite(wait) & (wait > 0))
+    if not len(waiter):
+        return empty
+    ready = ts[waiter] - wait[waiter].astype(np.int64)
+    explained = _explained(trace, waiter, ready, end)
+    waiter, ready = waiter[~explained], ready[~explained]
+    producer = np.flatnonzero(np.isin(kind, ("dma", "collective")))
+    if not len(waiter) or not len(producer):
+        return empty
+    # Latest producer end <= waiter start, per rank: search in (rank, end) order.
+    span = int(end.max() - min(ts.min(), ready.min())) + 2 * TOLERANCE_NS + 1
+    base = int(min(ts.min(), ready.min()))
+    key_p = rank[producer].astype(np.int64) * span + (end[producer] - base)
+    o = np.argsort(key_p, kind="stable")
+    key_p, producer = key_p[o], producer[o]
+    key_w = rank[waiter].astype(np.int64) * span + (ts[waiter] + TOLERANCE_NS - base)
+    i = np.searchsorted(key_p, key_w, side="right") - 1
+    ok = i >= 0
+    cand = producer[np.maximum(i, 0)]
+    ok &= rank[cand] == rank[waiter]
+    ok &= end[cand] >= ready - TOLERANCE_NS
+    return pd.DataFrame(
+        {
+            S.SRC: cand[ok].astype(np.int64),
+            S.DST: waiter[ok].astype(np.int64),
+            S.EDGE_KIND: pd.Categorical.from_codes(
+                np.full(int(ok.sum()), S.EDGE_KINDS.index("dependency")), categories=S.EDGE_KINDS
+            ),
+        }
+    )
+
+
+def _explained(trace: S.Trace, waiter: np.ndarray, ready: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """True where a recorded predecessor ends inside the stall window."""
+    ed = trace.edges
+    if not len(ed):
+        return np.zeros(len(waiter), dtype=bool)
+    latest = pd.Series(end[ed[S.SRC].to_numpy()]).groupby(ed[S.DST].to_numpy()).max()
+    pred_end = latest.reindex(waiter).to_numpy()
+    return np.nan_to_num(pred_end, nan=-np.inf) >= ready - TOLERANCE_NS
