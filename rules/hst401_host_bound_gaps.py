@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from tracediag import graph as G
 from tracediag import schema as S
 from tracediag.findings import Severity
+from tracediag.peers import interval_overlap
 from tracediag.replay import WhatIf
 from tracediag.rule import Rule, severity_by_saving
 from tracediag.units import fmt_ns
@@ -22,6 +24,7 @@ class HostBoundGaps(Rule):
         "outlier_factor": 2.0,  # a host delay this many times the typical one is a stall
         "warn_saving_pct": 2.0,
         "error_saving_pct": 20.0,
+        "max_findings": 10,
     }
     doc = {
         "what it finds": "Critical-path time spent on the host side: CPU time between kernel "
@@ -40,58 +43,105 @@ class HostBoundGaps(Rule):
     def check(self, ctx, opts):
         seg = ctx.segments
         host = seg[seg["category"].astype(str) == "host"]
-        if not len(host):
+        if not len(host) or ctx.pct(host["dur_ns"].sum()) < opts["min_impact_pct"]:
             return
-        by_rank = host.groupby("rank")["dur_ns"].sum()
-        ranks = [
-            int(r) for r, v in by_rank.items() if r >= 0 and ctx.pct(v) >= opts["min_impact_pct"]
-        ]
-        if not ranks:
-            return
-        change, stalls = _host_stall_change(ctx, opts["outlier_factor"])
-        saving = ctx.what_if(change) if stalls else 0
-        impact = int(by_rank.loc[ranks].sum())
-        yield ctx.finding(
-            self,
-            severity=severity_by_saving(ctx.pct(saving), opts, self.severity),
-            message=(
-                f"The critical path spends {fmt_ns(impact)} ({ctx.pct(impact)}% of the step) on the host side "
-                f"of rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} (CPU time between launches, "
-                f"launch latency, syncs) while the device waits. {stalls} host stalls longer than "
-                f"{opts['outlier_factor']:g}x the typical delay; without them the step would be {fmt_ns(saving)} shorter."
-            ),
-            ranks=tuple(ranks),
-            engine="cpu",
-            start_ns=int(host[host["rank"].isin(ranks)]["start_ns"].min()),
-            end_ns=int(host[host["rank"].isin(ranks)]["end_ns"].max()),
-            impact_ns=impact,
-            saving_ns=int(saving),
-            suggestion="Remove syncs from the step, launch less (CUDA graphs, torch.compile), move data loading off the launch thread.",
-            evidence={
-                "host_ns_by_rank": {str(r): int(by_rank[r]) for r in ranks},
-                "stalls": stalls,
-            },
-        )
+        nodes, typical = _host_stalls(ctx, opts["outlier_factor"])
+        g = ctx.graph
+        hs, he = host["start_ns"].to_numpy(), host["end_ns"].to_numpy()
+        found = 0
+        for members in _clusters(g.start[nodes] - g.gap[nodes], g.start[nodes])[: opts["max_findings"]]:
+            n = nodes[members]
+            lo, hi = int((g.start[n] - g.gap[n]).min()), int(g.start[n].max())
+            impact = int(interval_overlap(np.array([lo]), np.array([hi]), hs, he)[0])
+            saving = ctx.what_if(WhatIf.gaps(n, typical[members]))
+            if max(ctx.pct(impact), ctx.pct(saving)) < opts["min_impact_pct"]:
+                continue
+            found += 1
+            ranks = tuple(sorted({int(r) for r in g.rank[n]}))
+            layer = _launched_layer(ctx, n)
+            yield ctx.finding(
+                self,
+                severity=severity_by_saving(ctx.pct(saving), opts, self.severity),
+                message=(
+                    f"The host of rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} stalls "
+                    f"{fmt_ns(int(g.gap[n].max()))} before launching more work{f' ({layer})' if layer else ''} "
+                    f"while the device idles; the critical path spends {fmt_ns(impact)} on the host there "
+                    f"({ctx.pct(impact)}% of the step). With the host's typical delay the step would be "
+                    f"{fmt_ns(saving)} shorter."
+                ),
+                ranks=ranks,
+                engine="cpu",
+                layer=layer,
+                start_ns=lo,
+                end_ns=hi,
+                impact_ns=impact,
+                saving_ns=int(saving),
+                suggestion="Find what the launch thread does here (data loading, a sync such as .item(), logging) and move it off the step.",
+                evidence={"stalls": len(n), "max_stall_ns": int(g.gap[n].max()), "typical_ns": int(typical[members].max())},
+            )
+        if not found:
+            impact = int(host["dur_ns"].sum())
+            yield ctx.finding(
+                self,
+                severity=Severity.INFO,
+                message=(
+                    f"The critical path spends {fmt_ns(impact)} ({ctx.pct(impact)}% of the step) on the host side "
+                    "(launch calls, launch latency, CPU time between launches, syncs), evenly: no single stall "
+                    "stands out, so the step is launch-bound rather than stalled."
+                ),
+                ranks=tuple(sorted(int(r) for r in host["rank"].unique() if r >= 0)),
+                engine="cpu",
+                start_ns=int(hs.min()),
+                end_ns=int(he.max()),
+                impact_ns=impact,
+                saving_ns=0,
+                suggestion="Launch less: CUDA graphs, torch.compile, larger fused kernels.",
+                evidence={"host_ns": impact},
+            )
 
 
-def _host_stall_change(ctx, factor: float) -> tuple[WhatIf, int]:
-    """Cut host-side gaps (between calls on a CPU thread, and from a launch to its kernel) that
-    exceed ``factor`` times their typical value back to the typical value."""
+def _host_stalls(ctx, factor: float) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes whose host-side gap (after the previous call on a CPU thread, or from a launch to
+    its kernel) exceeds ``factor`` times the typical one, and that typical value for each."""
     g = ctx.graph
     track_kind = ctx.trace.tracks[S.TRACK_KIND].astype(str).to_numpy()
     tk = np.where(g.track >= 0, track_kind[np.maximum(g.track, 0)], "")
-    cpu_gap = (g.bind_code == G.PROGRAM_ORDER) & (tk == "cpu_thread")
-    launch_gap = g.bind_code == G.LAUNCH
     nodes, values = [], []
-    for sel in (cpu_gap, launch_gap):
-        idx = np.flatnonzero(sel & (g.gap > 0))
+    for sel in ((g.bind_code == G.PROGRAM_ORDER) & (tk == "cpu_thread"), g.bind_code == G.LAUNCH):
+        idx = np.flatnonzero(sel)
         if not len(idx):
             continue
-        typical = int(np.median(g.gap[np.flatnonzero(sel)]))
+        typical = int(np.median(g.gap[idx]))
         stall = idx[g.gap[idx] > factor * max(typical, 1)]
         nodes.append(stall)
         values.append(np.full(len(stall), typical, dtype=np.int64))
     if not nodes:
-        return WhatIf(), 0
-    n = np.concatenate(nodes)
-    return WhatIf.gaps(n, np.concatenate(values)), int(len(n))
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(nodes), np.concatenate(values)
+
+
+def _clusters(lo: np.ndarray, hi: np.ndarray) -> list[np.ndarray]:
+    """Stalls whose windows overlap (the same pause seen on several ranks) form one cluster;
+    largest total stall first."""
+    if not len(lo):
+        return []
+    o = np.argsort(lo, kind="stable")
+    run_end = np.maximum.accumulate(hi[o])
+    new = np.r_[True, lo[o][1:] > run_end[:-1]]
+    groups = np.split(o, np.flatnonzero(new)[1:])
+    return sorted(groups, key=lambda m: -int((hi[m] - lo[m]).sum()))
+
+
+def _launched_layer(ctx, nodes: np.ndarray) -> str:
+    """The layer (or op) of the device work the stalled calls launch, when the trace says."""
+    ev = ctx.trace.events
+    ed = ctx.trace.edges
+    events = ctx.graph.event[nodes]
+    launched = ed.loc[ed[S.SRC].isin(events), S.DST].to_numpy()
+    for col in (S.LAYER, S.OP):
+        if col in ev and len(launched):
+            vals = ev[col].astype(object).to_numpy()[launched]
+            vals = vals[~pd.isna(vals)]
+            if len(vals):
+                return str(pd.Series(vals).mode().iloc[0])
+    return ""

@@ -71,10 +71,19 @@ def test_hst401_host_stall_is_priced():
     d = diagnose(build(_host_bound(50_000)), Config(select=["HST401"]))
     f = _only(d, "HST401")
     assert f.ranks == (0,)
-    assert f.impact_ns == 69_800 - 1000
-    assert f.saving_ns == 50_000
+    # The stall: from the end of launch 5 (10.5 us) to launch 6 (62 us), all host on the path.
+    assert (f.start_ns, f.end_ns) == (10_500, 62_000)
+    assert f.impact_ns == 51_500
+    assert f.saving_ns == 50_000  # back to the typical 1.5 us between launches
     assert f.evidence["stalls"] == 1
     assert f.severity == Severity.ERROR
+
+
+def test_hst401_evenly_launch_bound_is_info():
+    d = diagnose(build(_host_bound(0)), Config(select=["HST401"]))
+    f = _only(d, "HST401")
+    assert f.severity == Severity.INFO and f.saving_ns == 0
+    assert f.impact_ns == 19_800 - 1000
 
 
 def test_trc_rules_report_trace_trouble():
