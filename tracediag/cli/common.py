@@ -1,0 +1,130 @@
+"""Options and steps shared by the subcommands that diagnose traces (``report``, ``check``)."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tracediag.config import Config, load_config
+from tracediag.errors import UsageError
+from tracediag.report.labels import plural
+
+if TYPE_CHECKING:
+    from tracediag.engine import Diagnosis
+
+
+def codes(text: str) -> list[str]:
+    """``"dma101, COL"`` -> ``["DMA101", "COL"]`` (argparse type of the selection options)."""
+    return [c.strip().upper() for c in text.split(",") if c.strip()]
+
+
+def add_diagnosis_options(parser: argparse.ArgumentParser) -> None:
+    """Inputs, configuration, rule selection, alignment, output and verbosity."""
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="trace files or directories (a Neuron profile directory, per-rank files, a folder of them)",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="tracediag.toml or pyproject.toml to read (default: found upward from the current directory)",
+    )
+    sel = parser.add_argument_group("rule selection (codes or prefixes, comma-separated; CLI wins)")
+    sel.add_argument(
+        "--select", type=codes, metavar="CODES", help="run only these rules (ALL for every rule)"
+    )
+    sel.add_argument("--extend-select", type=codes, metavar="CODES", help="run these rules as well")
+    sel.add_argument("--ignore", type=codes, metavar="CODES", help="do not run these rules")
+    parser.add_argument(
+        "--no-align",
+        action="store_true",
+        help="keep each rank's clock as recorded (no offset estimation)",
+    )
+    parser.add_argument(
+        "-o", "--output", type=Path, metavar="FILE", help="write the report to FILE, not stdout"
+    )
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress or summary lines on stderr"
+    )
+
+
+def did_you_mean(word: str, choices) -> str:
+    """``" (did you mean X?)"`` for the closest choice, or ``""``."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _check_patterns(option: str, patterns: list[str], known: list[str]) -> None:
+    for p in patterns:
+        if p != "ALL" and not any(code.startswith(p) for code in known):
+            raise UsageError(f"{option}: {p} matches no rule{did_you_mean(p, known)}")
+
+
+def resolve_config(args: argparse.Namespace) -> Config:
+    """The config file's settings with the command line's on top, ruff-like.
+
+    ``--select`` starts the selection afresh (the file's select, extend-select and ignore are
+    dropped); ``--extend-select`` and ``--ignore`` add to what the file says.
+    """
+    from tracediag.rule import all_rules
+
+    config = load_config(args.config)
+    known = list(all_rules())
+    for option, patterns in (
+        ("--select", args.select),
+        ("--extend-select", args.extend_select),
+        ("--ignore", args.ignore),
+    ):
+        _check_patterns(option, patterns or [], known)
+    if args.select is not None:
+        config.select, config.extend_select, config.ignore = args.select, [], []
+    config.extend_select = config.extend_select + (args.extend_select or [])
+    config.ignore = config.ignore + (args.ignore or [])
+    return config
+
+
+def say(args: argparse.Namespace, message: str) -> None:
+    """A progress or summary line on stderr, unless ``--quiet``."""
+    if not args.quiet:
+        print(f"tracediag: {message}", file=sys.stderr, flush=True)
+
+
+def diagnose_paths(args: argparse.Namespace, config: Config) -> Diagnosis:
+    """Load the inputs (progress on stderr unless quiet) and diagnose them."""
+    from tracediag.engine import diagnose
+    from tracediag.load import load, stderr_progress
+
+    trace = load(
+        args.paths,
+        align=config.align and not args.no_align,
+        progress=None if args.quiet else stderr_progress,
+    )
+    if trace.skipped:
+        say(
+            args,
+            f"skipped {plural(len(trace.skipped), 'file')} no reader accepts: {', '.join(trace.skipped)}",
+        )
+    say(args, f"diagnosing {plural(len(trace.ranks), 'rank')}, {plural(len(trace), 'event')}")
+    return diagnose(trace, config)
+
+
+def use_color(output: Path | None) -> bool:
+    """ANSI colour only on a terminal, and never when NO_COLOR is set (no-color.org)."""
+    return output is None and not os.environ.get("NO_COLOR") and sys.stdout.isatty()
+
+
+def emit(args: argparse.Namespace, text: str) -> None:
+    """Write ``text`` to ``--output`` or stdout."""
+    if args.output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    args.output.write_text(text, encoding="utf-8")
+    say(args, f"wrote {args.output}")

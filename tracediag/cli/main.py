@@ -1,0 +1,86 @@
+"""The ``tracediag`` command line: ``main(argv) -> int`` and the console-script ``entry()``.
+
+Exit codes (like ruff): 0 nothing at or above the gate, 1 findings at or above it (``check``),
+2 usage, configuration or input error. Errors are one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+
+from tracediag import __version__
+from tracediag.cli import check_cmd, generate_cmd, report_cmd, rules_cmd
+from tracediag.errors import TracediagError, UsageError
+
+EPILOG = """exit codes: 0 nothing at or above the gate, 1 findings at or above it (check),
+2 usage, configuration or input error"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one-line UsageErrors (its own prints the usage block first)."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser with every subcommand registered."""
+    parser = _Parser(
+        prog="tracediag",
+        description="Why is this ML accelerator job slow? Reads Neuron and PyTorch/Kineto traces, "
+        "walks the cross-rank critical path and names the stalls with what fixing them saves.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"tracediag {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    report_cmd.add_parser(commands)
+    check_cmd.add_parser(commands)
+    rules_cmd.add_parsers(commands)
+    generate_cmd.add_parser(commands)
+    return parser
+
+
+def _fail(message: str) -> None:
+    print(f"tracediag: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns the exit code. Expected errors become one line on stderr."""
+    try:
+        args = build_parser().parse_args(argv)
+        return args.run(args)
+    except TracediagError as exc:
+        _fail(exc.one_line())
+        return exc.exit_code
+    except BrokenPipeError:  # the reader of stdout left (`| head`): entry() ends quietly
+        raise
+    except OSError as exc:  # e.g. -o into a missing directory, an unreadable config file
+        where = f"{exc.filename}: " if exc.filename else ""
+        _fail(f"{where}{exc.strerror or exc}")
+        return 2
+    except SystemExit as exc:  # --help and --version
+        return exc.code if isinstance(exc.code, int) else 0
+
+
+def entry() -> None:
+    """The console script: ``main`` with a last resort against tracebacks and broken pipes."""
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        _fail("interrupted")
+        code = 130
+    except BrokenPipeError:  # e.g. `tracediag report ... | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 1
+    except Exception as exc:  # a bug: one line unless TRACEDIAG_DEBUG asks for the traceback
+        if os.environ.get("TRACEDIAG_DEBUG"):
+            traceback.print_exc()
+        _fail(
+            f"internal error: {type(exc).__name__}: {exc} (set TRACEDIAG_DEBUG=1 for the traceback)"
+        )
+        code = 2
+    sys.exit(code)

@@ -1,0 +1,33 @@
+"""Renderers of a :class:`~tracediag.engine.Diagnosis`: one module per format, no analysis.
+
+Every renderer reads the JSON report (``Diagnosis.to_dict()``), so all formats say the same.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tracediag.report.json_report import render_json
+from tracediag.report.markdown import render_markdown
+from tracediag.report.text import render_text
+
+if TYPE_CHECKING:
+    from tracediag.engine import Diagnosis
+
+#: Format name -> renderer of the report dictionary.
+_RENDERERS = {
+    "text": render_text,
+    "json": render_json,
+    "markdown": render_markdown,
+}
+FORMATS = tuple(_RENDERERS)
+
+
+def render(diagnosis: Diagnosis, fmt: str, *, color: bool = False) -> str:
+    """``diagnosis`` as text in format ``fmt`` (one of :data:`FORMATS`); ``color`` for text only."""
+    if fmt not in _RENDERERS:
+        raise ValueError(f"unknown report format {fmt!r} (choose from {', '.join(FORMATS)})")
+    report = diagnosis.to_dict()
+    if fmt == "text":
+        return render_text(report, color=color)
+    return _RENDERERS[fmt](report)

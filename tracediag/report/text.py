@@ -1,0 +1,163 @@
+"""The terminal report: inputs, ranks, the critical path by category, findings ranked by saving.
+
+Reads only ``Diagnosis.to_dict()``; lines fit 100 columns; ANSI colour only when asked for.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+from tracediag.report.labels import percent, plural, ranks_label, severity_counts, window
+from tracediag.units import fmt_ns
+
+WIDTH = 100
+_BAR = 30  # characters for 100% of the critical path
+_MAX_INPUTS = 8  # more inputs are summarised in one line
+_SEVERITY_STYLE = {"error": "1;31", "warning": "1;33", "info": "36"}
+
+
+class _Style:
+    def __init__(self, color: bool):
+        self.color = color
+
+    def __call__(self, text: str, code: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if self.color else text
+
+    def heading(self, text: str) -> str:
+        return self(text, "1")
+
+    def severity(self, sev: str, width: int = 0) -> str:
+        # Pad before styling so escape codes do not upset the alignment.
+        return self(sev.ljust(width), _SEVERITY_STYLE.get(sev, "0"))
+
+
+# "196.7 µs", "49.2 GB/s": keep a number and its unit on one line.
+_NUMBER_UNIT = re.compile(r"(\d) (ns|µs|ms|s|B|KiB|MiB|GiB|GB/s)\b")
+_NBSP = "\u00a0"  # textwrap splits on ASCII whitespace only
+
+
+def _wrap(text: str, indent: int, hanging: int) -> list[str]:
+    """``text`` wrapped to WIDTH, first line indented by ``indent``, the rest by ``hanging``."""
+    glued = _NUMBER_UNIT.sub(rf"\1{_NBSP}\2", text)
+    lines = textwrap.wrap(
+        glued, WIDTH, initial_indent=" " * indent, subsequent_indent=" " * hanging
+    )
+    return [line.replace(_NBSP, " ") for line in lines]
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _inputs(report: dict) -> list[str]:
+    inputs = report["inputs"]
+    lines = []
+    for inp in inputs[:_MAX_INPUTS]:
+        where = f"{inp['format']:<16} {ranks_label(inp['ranks'])}"
+        lines.append(
+            f"  {_clip(inp['path'], WIDTH - 4 - len(where)):<{WIDTH - 4 - len(where)}}  {where}"
+        )
+    if len(inputs) > _MAX_INPUTS:
+        lines.append(f"  ... and {len(inputs) - _MAX_INPUTS} more inputs")
+    return lines or ["  (none recorded)"]
+
+
+def _pct_cell(pct: dict, key: str, width: int) -> str:
+    return f"{pct[key]:>{width - 1}.1f}%" if key in pct else f"{'-':>{width}}"
+
+
+def _ranks(report: dict) -> list[str]:
+    lines = [
+        f"  {'rank':>5}  {'format':<16} {'hardware':<16} {'step time':>11} {'clock offset':>13}"
+        f" {'compute':>8} {'comm':>6} {'memory':>7} {'idle':>6}"
+    ]
+    repairs = []
+    for r in report["ranks"]:
+        pct = r["breakdown_pct"]
+        lines.append(
+            f"  {r['rank']:>5}  {_clip(r['format'] or '-', 16):<16} {_clip(r['hardware'] or '-', 16):<16}"
+            f" {fmt_ns(r['step_time_ns']):>11} {fmt_ns(r['clock_offset_ns']):>13}"
+            f" {_pct_cell(pct, 'compute', 8)} {_pct_cell(pct, 'communication', 6)}"
+            f" {_pct_cell(pct, 'memory', 7)} {_pct_cell(pct, 'idle', 6)}"
+        )
+        if r["repairs"]:
+            done = ", ".join(f"{n} {reason}" for reason, n in sorted(r["repairs"].items()))
+            repairs.append(f"rank {r['rank']}: {done}")
+    by_clock: dict[str, list[int]] = {}
+    for r in report["ranks"]:
+        by_clock.setdefault(r["clock"] or "as recorded", []).append(r["rank"])
+    clocks = "; ".join(f"{how} {ranks_label(ranks)}" for how, ranks in by_clock.items())
+    lines += _wrap(f"Clock alignment: {clocks}", 2, 4)
+    if repairs:
+        lines.append("  Rows repaired or dropped:")
+        lines += [_clip(f"    {line}", WIDTH) for line in repairs]
+    return lines
+
+
+def _critical_path(report: dict) -> list[str]:
+    cp = report["critical_path"]
+    length = cp["length_ns"]
+    lines = []
+    for cat, ns in cp["by_category_ns"].items():
+        bar = "█" * round(_BAR * ns / length) if length else ""
+        lines.append(f"  {cat:<20} {fmt_ns(ns):>11} {percent(ns, length):>7}  {bar}")
+    engines = sorted(cp["compute_by_engine_ns"].items(), key=lambda kv: -kv[1])
+    if engines:
+        # One engine's figures stay on one line.
+        parts = ", ".join(
+            f"{e} {fmt_ns(ns)} ({percent(ns, length)})".replace(" ", _NBSP) for e, ns in engines
+        )
+        lines += _wrap(f"compute by engine: {parts}", 2, 4)
+    return lines
+
+
+def _findings(report: dict, style: _Style) -> list[str]:
+    path_start = report["critical_path"]["start_ns"]
+    lines: list[str] = []
+    for n, f in enumerate(report["findings"], 1):
+        head = f"{n:>3}. {f['code']:<7} "
+        title = _clip(f["title"], WIDTH - len(head) - 8)
+        lines.append(f"{head}{style.severity(f['severity'], 8)}{style.heading(title)}")
+        where = [ranks_label(f["ranks"])] if f["ranks"] else []
+        where += [f"{k} {f[k]}" for k in ("engine", "layer", "op") if f[k]]
+        span = window(f, path_start)
+        if span:
+            where.append(f"window {span}")
+        facts = (
+            f"impact {fmt_ns(f['impact_ns'])} ({f['impact_pct']:.1f}% of path),"
+            f" saving {fmt_ns(f['saving_ns'])}"
+        )
+        for text in (" | ".join(where), facts, f["message"]):
+            lines += _wrap(text, 5, 7)
+        if f["suggestion"]:
+            lines += _wrap(f"fix: {f['suggestion']}", 5, 10)
+        lines.append("")
+    return lines or ["  No findings.", ""]
+
+
+def render_text(report: dict, *, color: bool = False) -> str:
+    """The report for a terminal; ``color`` adds ANSI styles (the caller decides: TTY, NO_COLOR)."""
+    style = _Style(color)
+    cp = report["critical_path"]
+    summary = report["summary"]
+    tool = report["tool"]
+    title = (
+        f"{tool['name']} {tool['version']}: {plural(len(report['ranks']), 'rank')},"
+        f" critical path {fmt_ns(cp['length_ns'])},"
+        f" {plural(summary['findings'], 'finding')} ({severity_counts(summary)})"
+    )
+    out = [style.heading(title), "", style.heading("Inputs"), *_inputs(report), ""]
+    out += [style.heading("Ranks"), *_ranks(report), ""]
+    out += [
+        style.heading(f"Critical path: {fmt_ns(cp['length_ns'])}, by category"),
+        *_critical_path(report),
+        "",
+    ]
+    findings_head = "Findings, by what-if saving (windows from the start of the critical path)"
+    out += [style.heading(findings_head), *_findings(report, style)]
+    out.append(
+        f"Upper bound on the total saving: {fmt_ns(summary['total_saving_ns_upper_bound'])}"
+        " (savings overlap; each is measured alone)."
+    )
+    return "\n".join(out) + "\n"
