@@ -1,0 +1,343 @@
+"""Chrome trace events as columns: phases, B/E pairing, instants, metadata names and flows.
+
+:func:`tabulate` turns the decoded event objects into one row per interval (``X`` complete
+events, ``B``/``E`` pairs, ``b``/``e`` and ``S``/``F`` async pairs, ``i``/``I`` instants as
+zero-length slices) plus a table of flow points (``s``/``t``/``f``). Counters (``C``) and
+metadata (``M``) are not events; ``M`` gives thread names (used in CPU track labels).
+:func:`flow_edges` binds flow points to slices and chains them into edges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from tracediag import schema as S
+from tracediag.parsers.chrome_decode import Decoded, paused_gc
+from tracediag.parsers.chrome_nesting import SliceNesting
+
+_INSTANT = ("i", "I")
+_FLOW = ("s", "t", "f")
+_NOT_EVENTS = ("M", "C")
+# Async begin/end phases paired like B/E but by (cat, id): nestable (b/e) and legacy (S/F).
+_ASYNC_BEGIN = ("b", "S")
+_ASYNC_END = ("e", "F")
+_ASYNC_STEP = ("n", "T", "p")
+
+
+@dataclass
+class EventTable:
+    """Slices and flow points of one Chrome trace, columnar.
+
+    ``slices``: ``ph`` (X, B, i or b), ``cat``, ``name``, ``pid``, ``tid`` (text), ``ts_ns`` and
+    ``dur_ns`` (nullable Int64: missing where the file gave no usable time), ``args`` (the event's
+    args object or None) and ``pos`` (index in the file's event list).
+    ``flows``: ``ph``, ``cat``, ``id``, ``pid``, ``tid``, ``ts_ns`` (int64), ``enclosing`` (binds
+    to the enclosing slice rather than the next one).
+    """
+
+    slices: pd.DataFrame
+    flows: pd.DataFrame
+    thread_names: dict[tuple[str, str], str] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def tabulate(decoded: Decoded, skip_flows: tuple[str, ...] = ()) -> EventTable:
+    """Columns of the decoded event objects (see :class:`EventTable`).
+
+    Flow points of the categories in ``skip_flows`` (matched case-insensitively) are left out.
+    """
+    counts: dict[str, int] = {}
+    events = decoded.events
+    keys = ("ph", "cat", "name", "pid", "tid", "ts", "dur")
+    with paused_gc():
+        try:
+            col = _columns(events, keys)
+        except AttributeError:  # entries that are not objects (have no .get)
+            kept = [e for e in events if isinstance(e, dict)]
+            counts["trace entries that are not JSON objects: skipped"] = len(events) - len(kept)
+            events = kept
+            col = _columns(events, keys)
+        ts_ns, ts_ok = decoded.times("ts", col["ts"])
+        dur_ns, dur_ok = decoded.times("dur", col["dur"])
+        frame = pd.DataFrame({k: categorical_text(col[k]) for k in ("cat", "name", "pid", "tid")})
+        frame["pos"] = np.arange(len(events), dtype=np.int64)
+        phase = categorical_text(col["ph"])
+    times = _Times(ts_ns, ts_ok, dur_ns, dur_ok)
+    is_phase = _phase_masks(phase, counts)
+    parts = [
+        _complete(frame, is_phase("X"), events, times),
+        _paired(frame, is_phase("B"), is_phase("E"), events, times, "B/E", counts),
+        _paired(
+            frame, is_phase(*_ASYNC_BEGIN), is_phase(*_ASYNC_END), events, times, "async", counts
+        ),
+        _instants(frame, is_phase(*_INSTANT), events, times),
+    ]
+    slices = pd.concat([p for p in parts if len(p)] or parts[:1], ignore_index=True)
+    skipped = [i for i, c in enumerate(frame["cat"].cat.categories) if c.lower() in skip_flows]
+    flow_rows = is_phase(*_FLOW) & ~np.isin(frame["cat"].cat.codes.to_numpy(), skipped)
+    flows = _flow_points(frame, flow_rows, np.asarray(phase), events, times, counts)
+    threads = _thread_names(frame, is_phase("M"), events)
+    return EventTable(slices, flows, threads, counts)
+
+
+@dataclass
+class _Times:
+    ts: np.ndarray
+    ts_ok: np.ndarray
+    dur: np.ndarray
+    dur_ok: np.ndarray
+
+
+def _phase_masks(phase: pd.Categorical, counts: dict[str, int]):
+    """A function giving the row mask of some phases; counts the phases nobody reads."""
+    codes = phase.codes
+    cats = list(phase.categories)
+    known = (
+        "X",
+        "B",
+        "E",
+        *_INSTANT,
+        *_FLOW,
+        *_NOT_EVENTS,
+        *_ASYNC_BEGIN,
+        *_ASYNC_END,
+        *_ASYNC_STEP,
+    )
+    present = np.bincount(codes, minlength=len(cats))
+    for i, p in enumerate(cats):
+        if p not in known and present[i]:
+            counts[
+                f"events of unsupported phase {p!r}: skipped"
+                if p
+                else "events without a phase: skipped"
+            ] = int(present[i])
+    steps = sum(int(present[cats.index(p)]) for p in _ASYNC_STEP if p in cats)
+    if steps:
+        counts["async step events (n/T/p): not kept"] = steps
+
+    def is_phase(*phases: str) -> np.ndarray:
+        return np.isin(codes, [cats.index(p) for p in phases if p in cats])
+
+    return is_phase
+
+
+def _columns(events: list, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Several keys of every event object, as object arrays (one pass over the events)."""
+    rows = [tuple(map(e.get, keys)) for e in events]
+    out = {}
+    for key, values in zip(
+        keys, zip(*rows, strict=True) if rows else [()] * len(keys), strict=True
+    ):
+        out[key] = np.empty(len(events), dtype=object)
+        out[key][:] = values
+    return out
+
+
+def _column(events: list, key: str) -> np.ndarray:
+    out = np.empty(len(events), dtype=object)
+    out[:] = [e.get(key) for e in events]
+    return out
+
+
+def categorical_text(values: np.ndarray) -> pd.Categorical:
+    """Values as categorical text ('' when missing): pids, tids and names may be numbers."""
+    try:
+        codes, uniq = pd.factorize(values)
+    except TypeError:  # unhashable values (lists, objects) stand for themselves as text
+        codes, uniq = pd.factorize(
+            pd.Series(values, dtype=object).astype(str).to_numpy(dtype=object)
+        )
+    texts = [u if isinstance(u, str) else _number_text(u) for u in uniq] + [""]
+    codes = np.where(codes < 0, len(uniq), codes)
+    remap, categories = pd.factorize(np.array(texts, dtype=object))
+    return pd.Categorical.from_codes(remap[codes], categories=pd.Index(categories, dtype=object))
+
+
+def _number_text(v) -> str:
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def _args(events: list, rows: np.ndarray) -> np.ndarray:
+    out = np.empty(len(rows), dtype=object)
+    out[:] = [events[i].get("args") for i in rows]
+    return out
+
+
+def _slice_frame(
+    frame: pd.DataFrame, rows: np.ndarray, ph: str, events: list, ts, dur
+) -> pd.DataFrame:
+    out = frame.iloc[rows].reset_index(drop=True)
+    out["ph"] = ph
+    out[S.TS] = ts
+    out[S.DUR] = dur
+    out["args"] = _args(events, out["pos"].to_numpy())
+    return out
+
+
+def _complete(frame, mask, events, times: _Times) -> pd.DataFrame:
+    rows = np.flatnonzero(mask)
+    ts = pd.arrays.IntegerArray(times.ts[rows], ~times.ts_ok[rows])
+    dur = pd.arrays.IntegerArray(times.dur[rows], ~times.dur_ok[rows])
+    return _slice_frame(frame, rows, "X", events, ts, dur)
+
+
+def _instants(frame, mask, events, times: _Times) -> pd.DataFrame:
+    rows = np.flatnonzero(mask)
+    ts = pd.arrays.IntegerArray(times.ts[rows], ~times.ts_ok[rows])
+    dur = pd.arrays.IntegerArray(
+        np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows), dtype=bool)
+    )
+    return _slice_frame(frame, rows, "i", events, ts, dur)
+
+
+def _paired(frame, begin_mask, end_mask, events, times: _Times, what: str, counts) -> pd.DataFrame:
+    """Begin/end events paired as a stack, per thread (B/E) or per (cat, id) (async).
+
+    The unpaired are counted, not kept."""
+    rows = np.flatnonzero(begin_mask | end_mask)
+    if not len(rows):
+        return frame.iloc[:0]
+    bad_time = ~times.ts_ok[rows]
+    if bad_time.any():
+        counts[f"{what} events without a valid ts: skipped"] = int(bad_time.sum())
+        rows = rows[~bad_time]
+    if what == "async":
+        ids = categorical_text(_column([events[i] for i in rows], "id")).codes.astype(np.int64)
+        first = frame["cat"].cat.codes.to_numpy()[rows].astype(np.int64)
+        key = first * (ids.max() + 2) + ids
+    else:
+        tid = frame["tid"].cat.codes.to_numpy()[rows].astype(np.int64)
+        key = (
+            frame["pid"].cat.codes.to_numpy()[rows].astype(np.int64)
+            * (len(frame["tid"].cat.categories) + 1)
+            + tid
+        )
+    is_begin = begin_mask[rows]
+    begin, end = pair_stack(key, is_begin, times.ts[rows])
+    unpaired = {
+        "begin without end": int(is_begin.sum()) - len(begin),
+        "end without begin": int((~is_begin).sum()) - len(end),
+    }
+    for reason, n in unpaired.items():
+        if n:
+            counts[f"{what} {reason}: skipped"] = n
+    b_rows, e_rows = rows[begin], rows[end]
+    no_mask = np.zeros(len(b_rows), dtype=bool)
+    ts = pd.arrays.IntegerArray(times.ts[b_rows], no_mask)
+    dur = pd.arrays.IntegerArray(times.ts[e_rows] - times.ts[b_rows], no_mask.copy())
+    return _slice_frame(frame, b_rows, "b" if what == "async" else "B", events, ts, dur)
+
+
+def pair_stack(
+    key: np.ndarray, is_begin: np.ndarray, ts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pair begins with ends per key as a stack (in time order, file order among ties).
+
+    Returns positions ``(begin, end)`` of the matched pairs. Vectorised: the depth after each
+    event is a cumulative sum within its key; a begin at depth d is closed by the next end that
+    leaves depth d, and the two are neighbours in the (key, level, order) sort.
+    """
+    m = len(key)
+    order = np.lexsort((np.arange(m), ts, key))
+    k, b = key[order], is_begin[order]
+    depth = np.cumsum(np.where(b, 1, -1))
+    first = np.r_[True, k[1:] != k[:-1]]
+    base = np.maximum.accumulate(np.where(first, np.arange(m), 0))
+    depth = depth - (depth[base] - np.where(b[base], 1, -1))
+    level = np.where(b, depth, depth + 1)
+    order2 = np.lexsort((np.arange(m), level, k))
+    k2, l2, b2 = k[order2], level[order2], b[order2]
+    pair = b2[:-1] & ~b2[1:] & (k2[:-1] == k2[1:]) & (l2[:-1] == l2[1:])
+    i = np.flatnonzero(pair)
+    return order[order2[i]], order[order2[i + 1]]
+
+
+def _flow_points(frame, mask, phase, events, times: _Times, counts) -> pd.DataFrame:
+    rows = np.flatnonzero(mask)
+    bad = ~times.ts_ok[rows]
+    if bad.any():
+        counts["flow events without a valid ts: skipped"] = int(bad.sum())
+        rows = rows[~bad]
+    sub = [events[i] for i in rows]
+    ids = np.empty(len(sub), dtype=object)
+    ids[:] = [e.get("id", e.get("bind_id")) for e in sub]
+    bp = np.empty(len(sub), dtype=object)
+    bp[:] = [e.get("bp") for e in sub]
+    ph = phase[rows]
+    return pd.DataFrame(
+        {
+            "ph": pd.Categorical(ph),
+            "cat": frame["cat"].array[rows],
+            "id": categorical_text(ids),
+            "pid": frame["pid"].array[rows],
+            "tid": frame["tid"].array[rows],
+            S.TS: times.ts[rows],
+            # Chrome: s and t bind to the enclosing slice; f to the next slice unless bp == "e".
+            "enclosing": (ph != "f") | (bp == "e"),
+        }
+    )
+
+
+def _thread_names(frame, mask, events) -> dict[tuple[str, str], str]:
+    """Thread names from ``M`` metadata events (a loop over metadata, not events)."""
+    threads: dict[tuple[str, str], str] = {}
+    names = frame["name"].array
+    pids, tids = frame["pid"].array, frame["tid"].array
+    for i in np.flatnonzero(mask):
+        if names[i] != "thread_name":
+            continue
+        args = events[i].get("args")
+        label = args.get("name") if isinstance(args, dict) else None
+        if isinstance(label, str):
+            threads[(pids[i], tids[i])] = label
+    return threads
+
+
+def flow_edges(flows: pd.DataFrame, slices: pd.DataFrame, thread: np.ndarray) -> pd.DataFrame:
+    """Edges ``src -> dst`` (slice rows) along each flow.
+
+    ``thread`` holds the slices' integer thread codes; flow points take the code of the slices
+    with their (pid, tid). ``flows`` and ``slices`` come from one :func:`tabulate` (their pid and
+    tid categories are the same). Points that bind to no slice are dropped; their number is in the
+    returned frame's ``attrs["unbound"]``.
+    """
+    empty = pd.DataFrame({S.SRC: np.zeros(0, np.int64), S.DST: np.zeros(0, np.int64)})
+    empty.attrs["unbound"] = 0
+    if not len(flows) or not len(slices):
+        empty.attrs["unbound"] = len(flows)
+        return empty
+    ph = slices["ph"].to_numpy()
+    rows = np.flatnonzero((ph != "i") & (ph != "b"))  # instants and async ranges are no stack
+    start = slices[S.TS].to_numpy(dtype=np.int64)[rows]
+    end = start + slices[S.DUR].to_numpy(dtype=np.int64)[rows]
+    nesting = SliceNesting(thread[rows], start, end)
+    n_tid = len(slices["tid"].cat.categories) + 1
+
+    def key(frame: pd.DataFrame) -> np.ndarray:
+        pid = frame["pid"].cat.codes.to_numpy().astype(np.int64)
+        return pid * n_tid + frame["tid"].cat.codes.to_numpy().astype(np.int64)
+
+    by_key = pd.Series(thread, index=key(slices))
+    by_key = by_key[~by_key.index.duplicated()]
+    q_thread = by_key.reindex(key(flows)).fillna(-1).to_numpy(dtype=np.int64)
+    t = flows[S.TS].to_numpy(dtype=np.int64)
+    enclosing = flows["enclosing"].to_numpy(dtype=bool)
+    bound = np.where(enclosing, nesting.innermost(q_thread, t), nesting.next_starting(q_thread, t))
+    bound = np.where(bound >= 0, rows[np.maximum(bound, 0)], -1)
+    cat = flows["cat"].cat.codes.to_numpy().astype(np.int64)
+    fid = flows["id"].cat.codes.to_numpy().astype(np.int64)
+    ph = flows["ph"].to_numpy(dtype=object)
+    order = np.lexsort((np.select([ph == "s", ph == "t"], [0, 1], 2), t, fid, cat))
+    cat, fid, ph, row = cat[order], fid[order], ph[order], bound[order]
+    # An edge runs from a start/step point to the next step/finish point of the same flow.
+    link = (cat[:-1] == cat[1:]) & (fid[:-1] == fid[1:]) & (ph[:-1] != "f") & (ph[1:] != "s")
+    src, dst = row[:-1][link], row[1:][link]
+    ok = (src >= 0) & (dst >= 0) & (src != dst)
+    out = pd.DataFrame({S.SRC: src[ok], S.DST: dst[ok]})
+    out.attrs["unbound"] = int((bound < 0).sum())
+    return out

@@ -1,0 +1,164 @@
+"""Reader of Chrome trace-event JSON as PyTorch/Kineto writes it (``*.pt.trace.json[.gz]``).
+
+One file is one rank. The pipeline: :mod:`chrome_decode` (bytes -> metadata + events with exact
+ns times), :mod:`chrome_events` (columns, B/E pairing, flows), :func:`builder.sanitize_events`
+(unusable times dropped and counted), :mod:`kineto` (kinds, tracks, launches, ops, steps),
+:mod:`kineto_sync` (waits) and :mod:`kineto_collectives` (collective rows).
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tracediag import fileio
+from tracediag import schema as S
+from tracediag.builder import RankPart, sanitize_events
+from tracediag.errors import TraceInputError
+from tracediag.parsers import kineto
+from tracediag.parsers.chrome_decode import decode, paused_gc
+from tracediag.parsers.chrome_events import flow_edges, tabulate
+from tracediag.parsers.kineto_collectives import collective_rows
+from tracediag.parsers.kineto_sync import sync_edges
+
+FORMAT = "chrome-json"
+
+_SNIFF_BYTES = 1 << 20  # Kineto writes device properties (kilobytes) before "traceEvents"
+_TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_EVENT_KEYS = (re.compile(rb'"ph"\s*:\s*"'), re.compile(rb'"ts"\s*:'))
+_RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
+_INFO_KEYS = ("schemaVersion", "baseTimeNanoseconds", "traceName", "displayTimeUnit")
+
+
+def sniff(path: Path) -> bool:
+    """A file whose content is a JSON object with ``traceEvents`` or a list of events with ``ph``."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    text = _head(path).lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text.startswith(b"["):
+        return re.match(rb"\[\s*\{", text) is not None and _EVENT_KEYS[0].search(text) is not None
+    if not text.startswith(b"{"):
+        return False
+    if _TRACE_EVENTS_KEY.search(text):
+        return True
+    # "traceEvents" beyond the head: accept only event-shaped content (Neuron JSON has no "ph").
+    return all(k.search(text) for k in _EVENT_KEYS)
+
+
+def _head(path: Path) -> bytes:
+    """The start of the content; a truncated or damaged gzip gives what decompresses."""
+    try:
+        return fileio.head(path, _SNIFF_BYTES)
+    except TraceInputError:
+        with open(path, "rb") as f:
+            raw = f.read(_SNIFF_BYTES)
+        try:
+            return zlib.decompressobj(wbits=31).decompress(raw, _SNIFF_BYTES)
+        except zlib.error:
+            return b""
+
+
+def read(path: Path) -> list[RankPart]:
+    """The file's rank as one canonical part (see the module docstring)."""
+    # Cyclic GC stays paused until the millions of decoded objects are freed again (see decode).
+    with paused_gc():
+        return [_read(Path(path))]
+
+
+def _read(path: Path) -> RankPart:
+    decoded = decode(path, fileio.read_bytes(path))
+    info = decoded.metadata
+    meta = S.RankMeta(rank=0, sources=[str(path)], format=FORMAT)
+    _rank_and_info(meta, info, path)
+    for reason, n in decoded.rewritten.items():
+        meta.count(reason, n)
+    if not decoded.events:
+        raise TraceInputError(path, "trace has no events ('traceEvents' is empty)")
+    # Kineto's ac2g flows repeat the launch correlation: launch edges carry them.
+    table = tabulate(decoded, skip_flows=("ac2g",))
+    for reason, n in table.counts.items():
+        meta.count(reason, n)
+    slices = sanitize_events(table.slices, meta)
+    if not len(slices):
+        raise TraceInputError(path, "trace has no timed events (only metadata, counters or flows)")
+    rows = kineto.describe(slices)
+    kind = kineto.event_kinds(rows)
+    launches, launcher = kineto.launch_edges(rows)
+    op, step = kineto.ops_and_steps(rows, launcher)
+    edges = pd.concat(
+        [launches, sync_edges(rows, kind), _flow_edges(table, slices, rows, launches, meta)],
+        ignore_index=True,
+    )
+    events = _events_frame(slices, rows, kind, op, step, table.thread_names)
+    return RankPart(meta=meta, events=events, edges=edges, collectives=collective_rows(rows, kind))
+
+
+def _rank_and_info(meta: S.RankMeta, info: dict, path: Path) -> None:
+    dist = info.get("distributedInfo") if isinstance(info.get("distributedInfo"), dict) else {}
+    rank = dist.get("rank")
+    from_name = _RANK_IN_NAME.findall(path.name) or _RANK_IN_NAME.findall(path.parent.name)
+    if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0:
+        meta.rank, meta.info["rank_source"] = rank, "metadata"
+    elif from_name:
+        meta.rank, meta.info["rank_source"] = int(from_name[-1]), "filename"
+    else:
+        meta.info["rank_source"] = "default"
+    for key in _INFO_KEYS:
+        if key in info:
+            meta.info[key] = info[key]
+    for key in ("world_size", "backend"):
+        if key in dist:
+            meta.info[key] = dist[key]
+    devices = info.get("deviceProperties")
+    if isinstance(devices, list) and devices and isinstance(devices[0], dict):
+        meta.hardware = str(devices[0].get("name", ""))
+
+
+def _flow_edges(
+    table, slices: pd.DataFrame, rows: kineto.Rows, launches: pd.DataFrame, meta: S.RankMeta
+) -> pd.DataFrame:
+    """Flow arrows between kept slices, less those that repeat a launch edge."""
+    edges = flow_edges(table.flows, slices, rows.thread)
+    meta.count("flow points bound to no slice: skipped", edges.attrs.get("unbound", 0))
+    pairs = edges[[S.SRC, S.DST]].merge(
+        launches[[S.SRC, S.DST]].drop_duplicates(), how="left", on=[S.SRC, S.DST], indicator=True
+    )
+    new = (pairs["_merge"] == "left_only").to_numpy()
+    return pd.DataFrame(
+        {
+            S.SRC: edges[S.SRC].to_numpy()[new],
+            S.DST: edges[S.DST].to_numpy()[new],
+            S.EDGE_KIND: "flow",
+        }
+    )
+
+
+def _events_frame(slices, rows: kineto.Rows, kind, op, step, thread_names) -> pd.DataFrame:
+    n = len(slices)
+    bytes_ = np.full(n, np.nan)
+    dma = np.flatnonzero(kind == "dma")
+    bytes_[dma] = kineto.arg_numbers(rows.args, dma, "bytes")
+    src_id = rows.corr.copy()
+    no_corr = np.flatnonzero(~np.isfinite(src_id))
+    src_id[no_corr] = kineto.arg_numbers(rows.args, no_corr, "External id")
+    src_id = np.where(np.isfinite(src_id) & (np.abs(src_id) < 2**62), src_id, -1).astype(np.int64)
+    frame = pd.DataFrame(
+        {
+            S.KIND: pd.Categorical(kind, categories=S.KINDS),
+            S.NAME: pd.Categorical(rows.name),
+            S.TS: rows.ts,
+            S.DUR: rows.end - rows.ts,
+            S.BYTES: bytes_,
+            S.LAYER: pd.Categorical(np.full(n, None, dtype=object)),
+            S.OP: pd.Categorical(op),
+            S.STEP: step,
+            S.SRC_ID: src_id,
+            **kineto.track_columns(rows, thread_names),
+        }
+    )
+    return frame

@@ -1,0 +1,199 @@
+"""One row per NCCL/RCCL collective kernel of a Kineto trace, with a key that matches it across ranks.
+
+Collective metadata (``Collective name``, message sizes, ``dtype``, ``Process Group Name``/``Ranks``,
+``Seq``) comes from the kernel's args, else from the CPU op with the same ``External id`` that
+carries it (``record_param_comms``). The match key is ``"{process group}|{Seq}"`` when Kineto
+gives ``Seq``; otherwise ``"{group}|{op}|{ordinal}"`` with the ordinal of the kernel among this
+rank's kernels of that (group, op) in time order, which assumes every rank of the group runs the
+same sequence of collectives.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from tracediag import schema as S
+from tracediag.parsers.kineto import Rows, arg_numbers, arg_values
+
+#: Normalised operation names, tried in order on the lower-cased letters of a name.
+_OPS = (
+    ("allreduce", "AllReduce"),
+    ("reducescatter", "ReduceScatter"),
+    ("allgather", "AllGather"),
+    ("alltoall", "AllToAll"),
+    ("sendrecv", "SendRecv"),
+    ("broadcast", "Broadcast"),
+    ("barrier", "Barrier"),
+    ("reduce", "Reduce"),
+    ("send", "Send"),
+    ("recv", "Recv"),
+)
+_KERNEL_OP = re.compile(r"kernel_([A-Za-z]+)", re.IGNORECASE)
+_ALGORITHM = re.compile(
+    r"_(RING|TREE|COLLNET_DIRECT|COLLNET_CHAIN|COLLNET|NVLS_TREE|NVLS|PAT)(?=_|\(|$)"
+)
+_NAME_DTYPE = re.compile(
+    r"_(bf16|f16|f32|f64|u?int\d+_t|[iu]\d+|half|float|double|fp8_e4m3|fp8_e5m2)(?=[_(]|$)"
+)
+_DTYPE_BYTES = {
+    **dict.fromkeys(
+        ("float", "float32", "f32", "int", "int32", "i32", "uint32", "u32", "int32t", "uint32t"), 4
+    ),
+    **dict.fromkeys(
+        ("double", "float64", "f64", "long", "int64", "i64", "uint64", "u64", "int64t", "uint64t"),
+        8,
+    ),
+    **dict.fromkeys(
+        ("half", "float16", "f16", "bfloat16", "bf16", "short", "int16", "i16", "uint16", "u16"), 2
+    ),
+    **dict.fromkeys(("byte", "char", "bool", "int8", "uint8", "i8", "u8", "int8t", "uint8t"), 1),
+    **dict.fromkeys(
+        ("float8e4m3fn", "float8e5m2", "fp8e4m3", "fp8e5m2", "float8e4m3fnuz", "float8e5m2fnuz"), 1
+    ),
+    **dict.fromkeys(("complexfloat", "complex64"), 8),
+    **dict.fromkeys(("complexdouble", "complex128"), 16),
+}
+_FIELDS = (
+    "Collective name",
+    "In msg nelems",
+    "Out msg nelems",
+    "In msg size",
+    "Out msg size",
+    "dtype",
+    "Process Group Name",
+    "Process Group Ranks",
+    "Seq",
+)
+
+
+def collective_rows(rows: Rows, kind: np.ndarray) -> pd.DataFrame:
+    """The collectives table of one rank (canonical columns less ``coll_key`` and ``rank``)."""
+    coll = np.flatnonzero(kind == "collective")
+    coll = coll[np.argsort(rows.ts[coll], kind="stable")]
+    fields = _metadata(rows, coll)
+    names = rows.name[coll].astype(str)
+    op = _map_unique(fields["Collective name"], _op_from_text)
+    from_kernel = _map_unique(names, _op_from_kernel)
+    op = np.where(op == "", from_kernel, op)
+    group = _map_unique(fields["Process Group Ranks"], _canonical_group)
+    pg = fields["Process Group Name"]
+    pg = np.where(pd.notna(pg), pg, "").astype(str)
+    seq = pd.to_numeric(pd.Series(fields["Seq"], dtype=object), errors="coerce").to_numpy(
+        dtype=np.float64
+    )
+    ordinal = (
+        pd.DataFrame({"g": group, "o": op}).groupby(["g", "o"], sort=False).cumcount().to_numpy()
+    )
+    with_seq = np.char.add(
+        np.char.add(np.where(pg != "", pg, group).astype(str), "|"), _int_text(seq)
+    )
+    without_seq = np.char.add(
+        np.char.add(np.char.add(group.astype(str), "|"), np.char.add(op.astype(str), "|")),
+        ordinal.astype(str),
+    )
+    dtype = fields["dtype"]
+    dtype = np.where(pd.notna(dtype), dtype, _map_unique(names, _dtype_from_kernel)).astype(str)
+    return pd.DataFrame(
+        {
+            S.EVENT: coll.astype(np.int64),
+            S.MATCH_KEY: np.where(np.isfinite(seq), with_seq, without_seq).astype(object),
+            S.COLL_OP: op.astype(object),
+            S.GROUP: group.astype(object),
+            S.SEQ: np.where(np.isfinite(seq), seq, -1).astype(np.int64),
+            S.BYTES: _bytes(fields, dtype),
+            S.ARRIVAL: rows.ts[coll],
+            S.START: rows.ts[coll],
+            S.END: rows.end[coll],
+            S.ALGORITHM: _map_unique(names, _algorithm).astype(object),
+            S.ALGBW: np.full(len(coll), np.nan),
+            S.BUSBW: np.full(len(coll), np.nan),
+            S.DTYPE: dtype.astype(object),
+        }
+    )
+
+
+def _metadata(rows: Rows, coll: np.ndarray) -> dict[str, np.ndarray]:
+    """Collective args of the kernels, filled from the CPU op with the same External id."""
+    fields = {f: arg_values(rows.args, coll, f) for f in _FIELDS}
+    if not len(coll):
+        return fields
+    cpu = np.flatnonzero(~rows.on_gpu)
+    carriers = cpu[pd.notna(arg_values(rows.args, cpu, "Collective name"))]
+    if not len(carriers):
+        return fields
+    ext = arg_numbers(rows.args, coll, "External id")
+    # Older Kineto set a GPU slice's External id to its correlation id: no link to an op then.
+    ext = np.where(ext == rows.corr[coll], np.nan, ext)
+    by_ext = pd.Series(carriers, index=arg_numbers(rows.args, carriers, "External id"))
+    by_ext = by_ext[~by_ext.index.duplicated(keep="last")]
+    carrier = by_ext.reindex(ext).to_numpy()
+    has = np.isfinite(carrier)
+    for f in _FIELDS:
+        missing = has & pd.isna(fields[f])
+        if missing.any():
+            fields[f][missing] = arg_values(rows.args, carrier[missing].astype(np.int64), f)
+    return fields
+
+
+def _map_unique(values: np.ndarray, fn, missing: str = "") -> np.ndarray:
+    """``fn`` of each value's text, evaluated once per distinct text; ``missing`` for None/NaN."""
+    out = np.full(len(values), missing, dtype=object)
+    present = pd.notna(values)
+    if present.any():
+        text = pd.Series(values[present], dtype=object).astype(str).to_numpy(dtype=object)
+        uniq, codes = np.unique(text, return_inverse=True)
+        out[present] = np.array([fn(u) for u in uniq], dtype=object)[codes]
+    return out
+
+
+def _op_from_text(value: str) -> str:
+    letters = re.sub(r"[^a-z]", "", value.lower())
+    return next((norm for key, norm in _OPS if key in letters), value)
+
+
+def _op_from_kernel(name: str) -> str:
+    m = _KERNEL_OP.search(name)
+    op = _op_from_text(m.group(1)) if m else ""
+    return op if op in {norm for _, norm in _OPS} else "Unknown"
+
+
+def _canonical_group(value: str) -> str:
+    ranks = sorted({int(x) for x in re.findall(r"-?\d+", value)})
+    return ",".join(str(r) for r in ranks)
+
+
+def _algorithm(name: str) -> str:
+    m = _ALGORITHM.search(name)
+    return m.group(1) if m else ""
+
+
+def _dtype_from_kernel(name: str) -> str:
+    m = _NAME_DTYPE.search(name)
+    return m.group(1) if m else ""
+
+
+def _int_text(values: np.ndarray) -> np.ndarray:
+    return np.where(np.isfinite(values), np.nan_to_num(values).astype(np.int64).astype(str), "")
+
+
+def _bytes(fields: dict[str, np.ndarray], dtype: np.ndarray) -> np.ndarray:
+    """Message bytes: max of in/out sizes, else max of in/out element counts x dtype size."""
+
+    def num(f):
+        return pd.to_numeric(pd.Series(fields[f], dtype=object), errors="coerce").to_numpy(
+            dtype=np.float64
+        )
+
+    size = np.fmax(num("In msg size"), num("Out msg size"))
+    nelems = np.fmax(num("In msg nelems"), num("Out msg nelems"))
+    kinds = np.unique(dtype)
+    per_dtype = {d: float(_DTYPE_BYTES.get(_dtype_key(d), np.nan)) for d in kinds}
+    elem = pd.Series(dtype, dtype=object).map(per_dtype).to_numpy(dtype=np.float64)
+    return np.where(np.isfinite(size), size, nelems * elem)
+
+
+def _dtype_key(dtype: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", dtype.lower().removeprefix("c10::").removeprefix("torch."))
