@@ -136,9 +136,11 @@ def load(
     trace.skipped = [str(p) for p in skipped]
     if align:
         from tracediag.align import align_clocks
+        from tracediag.matching import split_mismatched
 
         say("aligning clocks")
         align_clocks(trace)
+        split_mismatched(trace)
     return trace
 
 
