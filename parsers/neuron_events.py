@@ -11,6 +11,9 @@ import re
 
 import numpy as np
 import pandas as pd
+
+from tracediag import schema as S
+from tracediag.builder import TRACK_DEVICE, TRACK_ENGINE, TRACK_KIND_COL, TRACK_LABEL
 from tracediag.parsers.neuron_common import (
     column,
     constant,
@@ -21,9 +24,6 @@ from tracediag.parsers.neuron_common import (
     normalise_engines,
     numbered,
 )
-
-from tracediag import schema as S
-from tracediag.builder import TRACK_DEVICE, TRACK_ENGINE, TRACK_KIND_COL, TRACK_LABEL
 
 _INNER_LIST = re.compile(r"\[([\d,\s]*)\]")
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from tracediag.parsers.neuron_common import IdIndex, column, ints, labels
-from tracediag.parsers.neuron_events import times
 
 from tracediag import schema as S
+from tracediag.parsers.neuron_common import IdIndex, column, ints, labels
+from tracediag.parsers.neuron_events import times
 
 _INSTRUCTION = "instruction"
 _DMA_PACKET = "dmapacket"

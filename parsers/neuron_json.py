@@ -29,6 +29,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from tracediag import schema as S
+from tracediag.builder import RankPart
+from tracediag.errors import TraceInputError
+from tracediag.fileio import head
 from tracediag.parsers.neuron_common import column, device_of, ints, numeric_summary, rank_from_name
 from tracediag.parsers.neuron_flow import EventIds
 from tracediag.parsers.neuron_json_tables import (
@@ -41,11 +46,6 @@ from tracediag.parsers.neuron_json_tables import (
     to_ns,
 )
 from tracediag.parsers.neuron_part import build_part, empty_part
-
-from tracediag import schema as S
-from tracediag.builder import RankPart
-from tracediag.errors import TraceInputError
-from tracediag.fileio import head
 
 FORMAT = "neuron-json"
 

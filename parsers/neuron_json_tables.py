@@ -16,11 +16,11 @@ import numpy as np
 import orjson
 import pandas as pd
 import pyarrow as pa
-from tracediag.parsers.neuron_common import column, floats
 
 from tracediag import schema as S
 from tracediag.errors import TraceInputError
 from tracediag.fileio import read_bytes
+from tracediag.parsers.neuron_common import column, floats
 
 #: Legacy key -> Parquet field name, per table (keys not listed keep their name).
 RENAMES = {

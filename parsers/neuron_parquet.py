@@ -25,6 +25,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from tracediag import schema as S
+from tracediag.builder import RankPart
+from tracediag.errors import TraceInputError
+from tracediag.fileio import head
 from tracediag.parsers.neuron_common import (
     device_of,
     natural_key,
@@ -43,11 +48,6 @@ from tracediag.parsers.neuron_parquet_tables import (
     table_files,
 )
 from tracediag.parsers.neuron_part import build_part
-
-from tracediag import schema as S
-from tracediag.builder import RankPart
-from tracediag.errors import TraceInputError
-from tracediag.fileio import head
 
 FORMAT = "neuron-parquet"
 

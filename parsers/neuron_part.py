@@ -13,16 +13,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
-from tracediag.parsers.neuron_common import ints, labels
-from tracediag.parsers.neuron_events import (
-    TRIGGER_TS,
-    cc_collectives,
-    cc_events,
-    dma_events,
-    instruction_events,
-    trigger_edges,
-)
-from tracediag.parsers.neuron_flow import EventIds
 
 from tracediag import schema as S
 from tracediag.builder import (
@@ -33,6 +23,16 @@ from tracediag.builder import (
     RankPart,
     sanitize_events,
 )
+from tracediag.parsers.neuron_common import ints, labels
+from tracediag.parsers.neuron_events import (
+    TRIGGER_TS,
+    cc_collectives,
+    cc_events,
+    dma_events,
+    instruction_events,
+    trigger_edges,
+)
+from tracediag.parsers.neuron_flow import EventIds
 
 
 @dataclass

@@ -101,7 +101,9 @@ class CollectiveStraggler(Rule):
                 engine=str(engines.index[0]) if len(engines) else "cc",
                 layer=", ".join(layers),
                 op=str(ops.index[0]),
-                start_ns=min(first_wait, slow.start_ns) if slow.start_ns is not None else first_wait,
+                start_ns=min(first_wait, slow.start_ns)
+                if slow.start_ns is not None
+                else first_wait,
                 end_ns=int(last_rows[S.ARRIVAL].max()),
                 impact_ns=impact,
                 saving_ns=int(saving),
@@ -160,4 +162,6 @@ def _slower_than_peers(ctx, rank: int, until: int, share: float = 0.25) -> SlowW
     if not len(chosen):
         return SlowWork(by_engine, layers, None, None)
     start = ev[S.TS].to_numpy()[chosen]
-    return SlowWork(by_engine, layers, int(start.min()), int((start + ev[S.DUR].to_numpy()[chosen]).max()))
+    return SlowWork(
+        by_engine, layers, int(start.min()), int((start + ev[S.DUR].to_numpy()[chosen]).max())
+    )

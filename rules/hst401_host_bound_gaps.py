@@ -49,7 +49,9 @@ class HostBoundGaps(Rule):
         g = ctx.graph
         hs, he = host["start_ns"].to_numpy(), host["end_ns"].to_numpy()
         found = 0
-        for members in _clusters(g.start[nodes] - g.gap[nodes], g.start[nodes])[: opts["max_findings"]]:
+        for members in _clusters(g.start[nodes] - g.gap[nodes], g.start[nodes])[
+            : opts["max_findings"]
+        ]:
             n = nodes[members]
             lo, hi = int((g.start[n] - g.gap[n]).min()), int(g.start[n].max())
             impact = int(interval_overlap(np.array([lo]), np.array([hi]), hs, he)[0])
@@ -77,7 +79,11 @@ class HostBoundGaps(Rule):
                 impact_ns=impact,
                 saving_ns=int(saving),
                 suggestion="Find what the launch thread does here (data loading, a sync such as .item(), logging) and move it off the step.",
-                evidence={"stalls": len(n), "max_stall_ns": int(g.gap[n].max()), "typical_ns": int(typical[members].max())},
+                evidence={
+                    "stalls": len(n),
+                    "max_stall_ns": int(g.gap[n].max()),
+                    "typical_ns": int(typical[members].max()),
+                },
             )
         if not found:
             impact = int(host["dur_ns"].sum())

@@ -28,11 +28,7 @@ class RepairedRows(Rule):
         for rank, meta in sorted(ctx.trace.meta.items()):
             if not meta.repairs:
                 continue
-            dropped = sum(
-                n
-                for reason, n in meta.repairs.items()
-                if "drop" in reason or "unresolved" in reason
-            )
+            dropped = sum(n for reason, n in meta.repairs.items() if _is_loss(reason))
             total = sum(meta.repairs.values())
             detail = "; ".join(f"{reason}: {n}" for reason, n in sorted(meta.repairs.items()))
             yield ctx.finding(
@@ -43,3 +39,20 @@ class RepairedRows(Rule):
                 suggestion="Re-export the profile, or check that the files are complete.",
                 evidence={"repairs": dict(meta.repairs), "dropped": dropped},
             )
+
+
+#: Words of the readers' reasons that mean data was lost or may be misread, not just repaired.
+_LOSS_WORDS = (
+    "drop",
+    "matches no",
+    "no event",
+    "skipped",
+    "unknown",
+    "unmatched",
+    "not read",
+    "unbound",
+)
+
+
+def _is_loss(reason: str) -> bool:
+    return any(w in reason for w in _LOSS_WORDS)

@@ -7,12 +7,12 @@ import gzip
 import numpy as np
 import orjson
 import pytest
-from tracediag.parsers import neuron_json
 
 from tests.neuron_fixtures import legacy_doc, write_json
 from tracediag import schema as S
 from tracediag.builder import assemble
 from tracediag.errors import TraceInputError
+from tracediag.parsers import neuron_json
 
 T0 = 10261883214
 

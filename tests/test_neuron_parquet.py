@@ -6,7 +6,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from tracediag.parsers import neuron_parquet
 
 from tests.neuron_fixtures import (
     CC_OP,
@@ -20,6 +19,7 @@ from tests.neuron_fixtures import (
 from tracediag import schema as S
 from tracediag.builder import assemble
 from tracediag.errors import TraceInputError
+from tracediag.parsers import neuron_parquet
 
 
 @pytest.fixture(scope="module")

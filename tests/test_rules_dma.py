@@ -98,3 +98,34 @@ def test_dma102_fragmented_layer():
     after = 64 * -(-16384 * 10**9 // int(BW))  # each packet at 25 GB/s, no gaps
     assert abs(f.saving_ns - (before - after)) <= 64
     assert f.severity >= Severity.WARNING
+
+
+def _slow_queue_job(bw: float) -> RankSpec:
+    spec = RankSpec(0)
+    t, prev = 0, None
+    for k in range(4):
+        dur = int(4 * MIB / bw * 1e9)
+        d = spec.add("w", "q0", "dma", t, t + dur, bytes=float(4 * MIB), layer=f"layer_{k}")
+        if prev is not None:
+            spec.dep(prev, d)
+        mm = spec.add("MATMUL", "tensor", "compute", t + dur, t + dur + 10_000, layer=f"layer_{k}")
+        spec.dep(d, mm)
+        prev, t = mm, t + dur + 10_000
+    return spec
+
+
+def test_dma103_reports_the_gap_to_the_hardware_peak():
+    d = diagnose(build(_slow_queue_job(5e9)), Config(select=["DMA103"]))
+    assert len(d.findings) == 1
+    f = d.findings[0]
+    dur = int(4 * MIB / 5e9 * 1e9)
+    at_peak = -(-4 * MIB * 10**9 // int(27e9))  # trn1's 27 GB/s per queue, rounded up
+    assert (f.severity, f.track, f.ranks, f.saving_ns) == (Severity.INFO, "q0", (0,), 0)
+    assert f.impact_ns == 4 * dur
+    assert f.evidence["peak_saving_ns"] == 4 * (dur - at_peak)
+    assert abs(f.evidence["achieved_bw"] - 5e9) / 5e9 < 1e-3
+
+
+def test_dma103_quiet_near_the_peak():
+    d = diagnose(build(_slow_queue_job(25e9)), Config(select=["DMA103"]))
+    assert d.findings == []

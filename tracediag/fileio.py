@@ -39,7 +39,9 @@ def read_bytes(path: Path) -> bytes:
         else:
             data = Path(path).read_bytes()
     except EOFError:
-        raise TraceInputError(path, "truncated gzip stream (file ends before the end of the data)") from None
+        raise TraceInputError(
+            path, "truncated gzip stream (file ends before the end of the data)"
+        ) from None
     except (OSError, zlib.error) as exc:
         raise TraceInputError(path, f"cannot read: {_reason(exc)}") from None
     if not data.strip():

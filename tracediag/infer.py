@@ -61,7 +61,9 @@ def wait_edges(trace: S.Trace) -> pd.DataFrame:
     )
 
 
-def _explained(trace: S.Trace, waiter: np.ndarray, ready: np.ndarray, end: np.ndarray) -> np.ndarray:
+def _explained(
+    trace: S.Trace, waiter: np.ndarray, ready: np.ndarray, end: np.ndarray
+) -> np.ndarray:
     """True where a recorded predecessor ends inside the stall window."""
     ed = trace.edges
     if not len(ed):

@@ -22,13 +22,22 @@ def peer_track_names(trace: S.Trace) -> np.ndarray:
     differ everywhere, become ``cpu thread #k`` by the order of their first event on the rank.
     """
     tr = trace.tracks
-    names = tr[S.TRACK_NAME].astype(str).str.replace(r"^gpu\d+/", "", regex=True).to_numpy(dtype=object)
+    names = (
+        tr[S.TRACK_NAME].astype(str).str.replace(r"^gpu\d+/", "", regex=True).to_numpy(dtype=object)
+    )
     cpu = (tr[S.TRACK_KIND].astype(str) == "cpu_thread").to_numpy()
     if cpu.any():
         ev = trace.events
-        first = ev.groupby(S.TRACK, observed=True)[S.TS].min().reindex(np.arange(len(tr))).to_numpy()
-        order = pd.Series(first[cpu]).groupby(tr[S.RANK].to_numpy()[cpu]).rank(method="first").to_numpy()
-        names[cpu] = ["cpu thread #%d" % k for k in order.astype(int)]
+        first = (
+            ev.groupby(S.TRACK, observed=True)[S.TS].min().reindex(np.arange(len(tr))).to_numpy()
+        )
+        order = (
+            pd.Series(first[cpu])
+            .groupby(tr[S.RANK].to_numpy()[cpu])
+            .rank(method="first")
+            .to_numpy()
+        )
+        names[cpu] = [f"cpu thread #{k}" for k in order.astype(int)]
     return names
 
 
