@@ -113,8 +113,8 @@ def _segments_with_events(seg: pd.DataFrame, trace: S.Trace) -> pd.DataFrame:
 
 
 def step_times(graph: Graph) -> dict[int, int]:
-    """Per rank: first start to last end of its graph nodes."""
-    ok = graph.rank >= 0
+    """Per rank: first start to last end of its nodes in the window (its device work)."""
+    ok = (graph.rank >= 0) & graph.window
     df = pd.DataFrame({"rank": graph.rank[ok], "s": graph.start[ok], "e": graph.end[ok]})
     g = df.groupby("rank").agg(s=("s", "min"), e=("e", "max"))
     return {int(r): int(row.e - row.s) for r, row in g.iterrows()}

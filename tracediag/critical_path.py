@@ -108,10 +108,9 @@ def walk(graph: G.Graph, trace: S.Trace) -> CriticalPath:
         return CriticalPath(empty, 0, 0)
     end = graph.end
     start = graph.start
-    t0 = int(start.min())
-    t_end = int(end.max())
+    t0, t_end = window_of(graph)
     # Ties on the last end: the lowest node id (events are ordered by rank), so rank 0 wins.
-    node = int(np.flatnonzero(end == t_end)[0])
+    node = int(np.flatnonzero((end == t_end) & graph.window)[0])
     own, gapc = node_categories(graph, trace)
     arrivals = _arrivals_by_instance(graph)
     seg_node, seg_cat, seg_a, seg_b = [], [], [], []
@@ -124,8 +123,8 @@ def walk(graph: G.Graph, trace: S.Trace) -> CriticalPath:
             seg_b.append(b)
 
     cursor = t_end
-    while node >= 0:
-        s = int(start[node])
+    while node >= 0 and cursor > t0:
+        s = max(int(start[node]), t0)
         add(node, int(own[node]), min(s, cursor), cursor)
         cursor = min(cursor, s)
         p = int(graph.bind[node])
@@ -144,11 +143,18 @@ def walk(graph: G.Graph, trace: S.Trace) -> CriticalPath:
                     add(p, _CAT["collective_skew"], min(lo, cursor), cursor)  # the late rank
                     cursor = min(cursor, lo)
         else:
+            pe = max(pe, t0)
             add(node, int(gapc[node]), min(pe, cursor), cursor)
             cursor = min(cursor, pe)
         node = p
     add(-1, _CAT["gap"], t0, cursor)
     return CriticalPath(_segments_frame(graph, trace, seg_node, seg_cat, seg_a, seg_b), t0, t_end)
+
+
+def window_of(graph: G.Graph) -> tuple[int, int]:
+    """First start and last end of the window's nodes (see ``Graph.window``)."""
+    w = graph.window
+    return int(graph.start[w].min()), int(graph.end[w].max())
 
 
 def _arrivals_by_instance(graph: G.Graph) -> dict[int, np.ndarray]:

@@ -73,6 +73,7 @@ class Graph:
     order: np.ndarray  # a topological order of the nodes
     event_node: np.ndarray  # per event: the node where its successors attach (-1 for markers)
     event_in_node: np.ndarray  # per event: the node its predecessors point to
+    window: np.ndarray  # nodes that define the analysed window (device work; all if none)
     dropped_edges: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -246,6 +247,7 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
     gap = np.zeros(n, dtype=np.int64)
     gap[has] = start[has] - end[bind[has]]
     role = np.concatenate(roles)
+    node_track = np.concatenate(tracks).astype(np.int32)
     order, cut = _topological_order(start, end, role, src, dst, ptr)
     if cut:
         dropped["edges in cycles"] = cut
@@ -253,7 +255,7 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
         start=start,
         dur=node_dur,
         rank=np.concatenate(ranks).astype(np.int32),
-        track=np.concatenate(tracks).astype(np.int32),
+        track=node_track,
         event=np.concatenate(events),
         role=role,
         coll_key=np.concatenate(ckeys),
@@ -266,8 +268,23 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
         order=order,
         event_node=out_node,
         event_in_node=in_node,
+        window=_device_nodes(trace, node_track),
         dropped_edges=dropped,
     )
+
+
+def _device_nodes(trace: S.Trace, node_track: np.ndarray) -> np.ndarray:
+    """The nodes of device work (all but CPU threads; collective instances included).
+
+    The window analysed is the devices' busy span, as HTA's: host work before the first kernel
+    (framework start-up, CUDA initialisation) or after the last (teardown) is outside the step.
+    """
+    kinds = trace.tracks[S.TRACK_KIND].astype(str).to_numpy()
+    host = np.zeros(len(node_track), dtype=bool)
+    has = node_track >= 0
+    host[has] = kinds[node_track[has]] == "cpu_thread"
+    device = ~host
+    return device if device.any() else np.ones(len(node_track), dtype=bool)
 
 
 _ROLE_PRIORITY = np.array([2, 0, 1, 3], dtype=np.int8)  # body, arrival, instance, completion

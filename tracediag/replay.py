@@ -56,11 +56,14 @@ class WhatIf:
 class ReplayResult:
     start: np.ndarray
     end: np.ndarray
+    window: np.ndarray  # the nodes that define the window (Graph.window)
 
     @property
     def length_ns(self) -> int:
         """First start to last end of the replayed window."""
-        return int(self.end.max() - self.start.min()) if len(self.start) else 0
+        if not len(self.start):
+            return 0
+        return int(self.end[self.window].max() - self.start[self.window].min())
 
 
 def replay(graph: Graph, change: WhatIf | None = None) -> ReplayResult:
@@ -93,10 +96,4 @@ def replay(graph: Graph, change: WhatIf | None = None) -> ReplayResult:
             s = m + gap_l[v]
             start_l[v] = s
             end_l[v] = s + dur_l[v]
-    return ReplayResult(np.asarray(start_l, np.int64), np.asarray(end_l, np.int64))
-
-
-def saving(graph: Graph, change: WhatIf, baseline: ReplayResult | None = None) -> int:
-    """ns the window would be shorter with ``change`` (negative if it would be longer)."""
-    base = baseline.length_ns if baseline is not None else int(graph.end.max() - graph.start.min())
-    return base - replay(graph, change).length_ns
+    return ReplayResult(np.asarray(start_l, np.int64), np.asarray(end_l, np.int64), graph.window)
