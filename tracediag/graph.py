@@ -75,6 +75,7 @@ class Graph:
     event_in_node: np.ndarray  # per event: the node its predecessors point to
     window: np.ndarray  # nodes that define the analysed window (device work; all if none)
     dropped_edges: dict[str, int] = field(default_factory=dict)
+    replay_plan: object | None = field(default=None, repr=False)  # cached by replay.py
 
     @property
     def end(self) -> np.ndarray:
