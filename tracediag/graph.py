@@ -291,14 +291,32 @@ def _device_nodes(trace: S.Trace, node_track: np.ndarray) -> np.ndarray:
 _ROLE_PRIORITY = np.array([2, 0, 1, 3], dtype=np.int8)  # body, arrival, instance, completion
 
 
-def _topological_order(start, end, role, src, dst, ptr) -> tuple[np.ndarray, int]:
-    """Nodes in an order where every edge goes forward; time order almost always is one.
+def _same_start_levels(start, src, dst) -> np.ndarray:
+    """Per node: the longest chain of edges between nodes of its start time that reaches it."""
+    level = np.zeros(len(start), dtype=np.int64)
+    tie = start[src] == start[dst]
+    s, d = src[tie], dst[tie]
+    # Same-instant chains are short; past 64 rounds (or in a cycle) Kahn's algorithm takes over.
+    for _ in range(min(len(s) + 1, 64)):
+        want = level[s] + 1
+        grow = want > level[d]
+        if not grow.any():
+            break
+        np.maximum.at(level, d[grow], want[grow])
+    return level
 
-    Falls back to Kahn's algorithm when ties or overlaps put an edge backward in time order;
-    edges left in a cycle are ignored for ordering and counted.
+
+def _topological_order(start, end, role, src, dst, ptr) -> tuple[np.ndarray, int]:
+    """Nodes in an order where every edge goes forward.
+
+    Edges never go back in time (those were dropped), so start order is one, except among nodes
+    that start at the same instant (a collective's arrival at its trigger instruction's start):
+    those are layered by their longest chain of same-instant edges first. Kahn's algorithm is
+    the fallback for cycles; edges left in a cycle are ignored for ordering and counted.
     """
     n = len(start)
-    order = np.lexsort((np.arange(n), end, _ROLE_PRIORITY[role], start))
+    level = _same_start_levels(start, src, dst)
+    order = np.lexsort((np.arange(n), end, _ROLE_PRIORITY[role], level, start))
     pos = np.empty(n, dtype=np.int64)
     pos[order] = np.arange(n)
     if not len(src) or (pos[src] < pos[dst]).all():
