@@ -124,8 +124,8 @@ def analyse(trace: S.Trace, hardware_overrides: dict | None = None) -> Analysis:
     """Build the graph, walk the critical path and compute breakdowns for ``trace``."""
     inferred = wait_edges(trace)
     graph = build_graph(trace, inferred)
-    path = walk(graph, trace)
     own, gapc = node_categories(graph, trace)
+    path = walk(graph, trace, (own, gapc))
     hardware = {
         r: hw.resolve(m.hardware, m.format, hardware_overrides) for r, m in trace.meta.items()
     }

@@ -60,7 +60,7 @@ def temporal_breakdown(trace: S.Trace) -> pd.DataFrame:
         if len(ev)
         else np.zeros(0, bool)
     )
-    kind = ev[S.KIND].astype(str).to_numpy()
+    kind = S.strings(ev[S.KIND])
     active = on_device & np.isin(kind, list(CATEGORY_OF_KIND))
     start = ev[S.TS].to_numpy()[active]
     return breakdown_of_intervals(

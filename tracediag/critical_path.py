@@ -68,7 +68,7 @@ class CriticalPath:
 
 def node_categories(graph: G.Graph, trace: S.Trace) -> tuple[np.ndarray, np.ndarray]:
     """Per node: the category of its own duration and of its gap (indices into CATEGORIES)."""
-    kind = trace.events[S.KIND].astype(str).to_numpy()
+    kind = S.strings(trace.events[S.KIND])
     n = len(graph)
     ev = graph.event
     own = np.full(n, _CAT["gap"], dtype=np.int8)
@@ -88,8 +88,13 @@ def node_categories(graph: G.Graph, trace: S.Trace) -> tuple[np.ndarray, np.ndar
     return own, gapc
 
 
-def walk(graph: G.Graph, trace: S.Trace) -> CriticalPath:
-    """Walk the critical path of the whole window and attribute it (see module docstring)."""
+def walk(
+    graph: G.Graph, trace: S.Trace, categories: tuple[np.ndarray, np.ndarray] | None = None
+) -> CriticalPath:
+    """Walk the critical path of the window and attribute it (see module docstring).
+
+    ``categories`` is :func:`node_categories`'s result when the caller already has it.
+    """
     n = len(graph)
     if n == 0:
         empty = pd.DataFrame(
@@ -111,7 +116,7 @@ def walk(graph: G.Graph, trace: S.Trace) -> CriticalPath:
     t0, t_end = window_of(graph)
     # Ties on the last end: the lowest node id (events are ordered by rank), so rank 0 wins.
     node = int(np.flatnonzero((end == t_end) & graph.window)[0])
-    own, gapc = node_categories(graph, trace)
+    own, gapc = categories if categories is not None else node_categories(graph, trace)
     arrivals = _arrivals_by_instance(graph)
     seg_node, seg_cat, seg_a, seg_b = [], [], [], []
 

@@ -100,7 +100,7 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
     """
     ev = trace.events
     n_ev = len(ev)
-    kind = ev[S.KIND].astype(str).to_numpy()
+    kind = S.strings(ev[S.KIND])
     in_graph = kind != "marker"
     ids = np.flatnonzero(in_graph)
     ts = ev[S.TS].to_numpy()

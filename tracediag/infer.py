@@ -27,7 +27,7 @@ def wait_edges(trace: S.Trace) -> pd.DataFrame:
     wait = ev[S.WAIT].to_numpy()
     ts = ev[S.TS].to_numpy()
     end = ts + ev[S.DUR].to_numpy()
-    kind = ev[S.KIND].astype(str).to_numpy()
+    kind = S.strings(ev[S.KIND])
     rank = ev[S.RANK].to_numpy()
     waiter = np.flatnonzero((kind == "compute") & np.isfinite(wait) & (wait > 0))
     if not len(waiter):
