@@ -12,19 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.chrome_helpers import shared
 from tracediag import schema as S
 from tracediag.breakdown import breakdown_of_intervals, temporal_breakdown, union_lengths
 from tracediag.builder import RankPart, assemble
 from tracediag.parsers import chrome_json
-
-TRACES = Path(__file__).parents[2] / "shared" / "traces"
-
-
-def shared(name: str) -> Path:
-    path = TRACES / name
-    if not path.exists():
-        pytest.skip(f"{path} not available")
-    return path
 
 
 def test_union_lengths_hand_cases():

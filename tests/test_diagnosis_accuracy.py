@@ -13,7 +13,7 @@ import pytest
 
 from tracediag.engine import diagnose
 from tracediag.findings import Severity
-from tracediag.generator import generate
+from tracediag.generator import SCENARIOS, generate
 from tracediag.load import load
 
 FORMATS = ("parquet", "json", "chrome")
@@ -30,15 +30,7 @@ SAVING_TOLERANCE = {"dma": 0.15, "collective": 0.15}
 def jobs(tmp_path_factory):
     root = tmp_path_factory.mktemp("jobs")
     out = {}
-    for scenario in (
-        "clean",
-        "slow_dma",
-        "fragmented_dma",
-        "straggler",
-        "engine_bottleneck",
-        "host_gaps",
-        "mixed",
-    ):
+    for scenario in SCENARIOS:
         generate(scenario, root / scenario, ranks=4, seed=7, formats=FORMATS)
         out[scenario] = root / scenario
     return out
