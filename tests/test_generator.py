@@ -455,7 +455,16 @@ def test_chrome_trace_has_the_documented_shape(outputs):
         assert (nccl["In msg nelems"] == 3072 * 3072).all()
         seqs.append(nccl["Seq"].tolist())
         flows = events[events["cat"] == "ac2g"]
-        assert sorted(flows.loc[flows["ph"] == "f", "id"]) == sorted(args["correlation"])
+        # Kineto: launches and stream waits start a flow; GPU work, the waits' CUPTI records
+        # and event records finish one.
+        name = calls["name"].to_numpy()
+        waits = call_args["correlation"][name == "cudaStreamWaitEvent"].tolist()
+        records = call_args["correlation"][name == "cudaEventRecord"].tolist()
+        launches = call_args["correlation"][np.isin(name, ["cudaLaunchKernel", "cudaMemcpyAsync"])]
+        assert len(waits) > len(records) > 0
+        assert sorted(flows.loc[flows["ph"] == "s", "id"]) == sorted([*launches, *waits])
+        finish = [*args["correlation"], *waits, *records]
+        assert sorted(flows.loc[flows["ph"] == "f", "id"]) == sorted(finish)
         assert (np.round(events["ts"].dropna() * 1000) == events["ts"].dropna() * 1000).all()
     assert seqs[0] == seqs[1]  # one collective matches across ranks by Seq
 

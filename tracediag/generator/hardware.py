@@ -52,4 +52,6 @@ MEMCPY_POST_NS = 1_000
 COLLECTIVE_PRE_NS = 20_000  # c10d work creation and record_param_comms
 COLLECTIVE_POST_NS = 4_000
 CROSS_STREAM_LATENCY_NS = 600  # cudaStreamWaitEvent resolution between streams
+EVENT_RECORD_CALL_NS = 3_000  # cudaEventRecord after launching work another stream waits for
+STREAM_WAIT_CALL_NS = 2_500  # cudaStreamWaitEvent before launching work that waits for it
 DEVICE_SYNC_NS = 2_000  # cudaDeviceSynchronize returns after the GPU drains

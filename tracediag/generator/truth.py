@@ -4,6 +4,10 @@
 that one fault removed (the others kept): never a formula. Windows are true times expressed on
 rank 0's trace clock (``true + offset[0]``), whichever rank the fault hit, so they can be
 compared with a diagnosis aligned to rank 0.
+
+Each section names places as a reader of its files sees them: the device section in engines and
+DMA queues, the chrome section in CUDA streams (``stream <id>``: the queue of a DMA fault is its
+memcpy stream, engines are the streams running their work, tracks the streams or ``cpu``).
 """
 
 from __future__ import annotations
@@ -11,7 +15,15 @@ from __future__ import annotations
 import numpy as np
 
 from tracediag.generator.faults import Fault, layer_name, node_mask
-from tracediag.generator.gpu_flavour import KERNEL, MEMCPY, STALL, STREAM_IDS, GpuRun, run_gpu
+from tracediag.generator.gpu_flavour import (
+    KERNEL,
+    MEMCPY,
+    STALL,
+    STREAM_IDS,
+    GpuRun,
+    gpu_stream,
+    run_gpu,
+)
 from tracediag.generator.program import WorkloadShape
 from tracediag.generator.simulate import DeviceRun, run_device
 
@@ -39,7 +51,13 @@ def _params(fault: Fault) -> dict:
 
 
 def _fault_entry(
-    fault: Fault, hit: np.ndarray, saving: int, window: list[int], tracks: list[str]
+    fault: Fault,
+    hit: np.ndarray,
+    saving: int,
+    window: list[int],
+    tracks: list[str],
+    engines: list[str],
+    queue: str | None,
 ) -> dict:
     return {
         "kind": fault.kind,
@@ -48,8 +66,8 @@ def _fault_entry(
         "all_ranks": fault.ranks is None,
         "layers": [layer_name(i) for i in fault.layers],
         "phase": fault.phase or None,
-        "engines": list(fault.engines),
-        "queue": fault.queue,
+        "engines": engines,
+        "queue": queue,
         "tracks": tracks,
         "window_ns": window,
         "saving_ns": saving,
@@ -77,7 +95,8 @@ def device_truth(
         hit = np.flatnonzero(fault.rank_mask(ranks))
         window = _window(run.schedule.start, run.schedule.end, mask, hit, int(offsets[0]))
         track = sorted(set(run.program.engine[mask].tolist()))
-        entries.append(_fault_entry(fault, hit, saving, window, track))
+        entry = _fault_entry(fault, hit, saving, window, track, list(fault.engines), fault.queue)
+        entries.append(entry)
     clean = run_device(shape, [], ranks, seed).schedule.step_ns
     return _section(offsets, step, clean, entries)
 
@@ -101,7 +120,10 @@ def gpu_truth(
         window = _window(run.schedule.start, run.schedule.end, mask, hit, int(offsets[0]))
         streams = STREAM_IDS[run.resource[mask]]
         track = sorted({f"stream {s}" if s >= 0 else "cpu" for s in streams.tolist()})
-        entries.append(_fault_entry(fault, hit, saving, window, track))
+        engines = sorted({gpu_stream(e) for e in fault.engines})
+        copies = STREAM_IDS[run.resource[mask & (run.role == MEMCPY)]]
+        queue = f"stream {copies[0]}" if fault.family == "dma" else None
+        entries.append(_fault_entry(fault, hit, saving, window, track, engines, queue))
     clean = run_gpu(run_device(shape, [], ranks, seed), [], seed).schedule.step_ns
     return _section(offsets, step, clean, entries)
 

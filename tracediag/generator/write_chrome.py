@@ -4,7 +4,8 @@ One gzip file per rank (``rank_<i>.json.gz``). The CPU thread shows ``cpu_op`` r
 ``cuda_runtime`` launch calls inside them; GPU work shows as ``kernel`` and ``gpu_memcpy`` events
 on ``pid`` = device, ``tid`` = stream, joined to their launch by ``args.correlation`` and by
 ``ac2g`` flow events. NCCL kernels and the ``record_param_comms`` op carry the collective
-arguments. ``ts``/``dur`` are µs with up to three decimals (ns precision) relative to
+arguments. Cross-stream dependencies show as CUDA event records and stream waits
+(:mod:`chrome_sync`). ``ts``/``dur`` are µs with up to three decimals (ns precision) relative to
 ``baseTimeNanoseconds``. Events are rendered column-wise into JSON text, never one dict each.
 """
 
@@ -19,6 +20,8 @@ import pandas as pd
 
 from tracediag.generator import chrome_names as names
 from tracediag.generator import hardware as hw
+from tracediag.generator.chrome_render import complete, flows
+from tracediag.generator.chrome_sync import CallIds, call_ids, sync_events
 from tracediag.generator.clocks import CHROME_BASE_TIME_NS
 from tracediag.generator.gpu_flavour import (
     COLL_LAUNCH,
@@ -34,47 +37,8 @@ from tracediag.generator.gpu_flavour import (
 )
 
 STEP_NUMBER = 5  # the profiled step, after warm-up steps
-CORRELATION_BASE = 100_000
 HOST_PID_BASE = 2_117_400
 _COST = pd.DataFrame(HOST_COST, index=["pre", "call", "post"]).T  # host op role -> costs
-
-
-def _lines(frame: pd.DataFrame) -> pd.Series:
-    """One JSON object per row; floats (µs times) with at most 3 decimals, i.e. ns precision."""
-    text = frame.reset_index(drop=True).to_json(orient="records", lines=True, double_precision=3)
-    return pd.Series(text.splitlines())
-
-
-def _complete(cat: str, name, pid, tid, ts, dur, args: pd.DataFrame) -> pd.Series:
-    head = pd.DataFrame(
-        {
-            "ph": "X",
-            "cat": cat,
-            "name": name,
-            "pid": pid,
-            "tid": tid,
-            "ts": np.asarray(ts) / 1000,
-            "dur": np.asarray(dur) / 1000,
-        }
-    )
-    return _lines(head).str[:-1] + ',"args":' + _lines(args) + "}"
-
-
-def _flows(phase: str, corr, pid, tid, ts) -> pd.Series:
-    frame = pd.DataFrame(
-        {
-            "ph": phase,
-            "id": corr,
-            "pid": pid,
-            "tid": tid,
-            "ts": np.asarray(ts) / 1000,
-            "cat": "ac2g",
-            "name": "ac2g",
-        }
-    )
-    if phase == "f":
-        frame["bp"] = "e"  # binds to the enclosing GPU slice
-    return _lines(frame)
 
 
 def _collective_args(run: GpuRun, rank: int, nodes: np.ndarray) -> pd.DataFrame:
@@ -102,9 +66,14 @@ def _collective_args(run: GpuRun, rank: int, nodes: np.ndarray) -> pd.DataFrame:
     )
 
 
-def _cpu_events(run: GpuRun, rank: int, start, end, pid: int) -> list[pd.Series]:
+def _external_ids(run: GpuRun) -> np.ndarray:
+    """The ``External id`` of every node's host op (1 is the step annotation)."""
+    return np.arange(len(run.role)) + 2
+
+
+def _cpu_events(run: GpuRun, rank: int, start, end, pid: int, ids: CallIds) -> list[pd.Series]:
     p = run.device.program
-    role, external = run.role, np.arange(len(run.role)) + 2  # External id 1: the step
+    role, external = run.role, _external_ids(run)
     host = np.flatnonzero(np.isin(role, [LAUNCH, COPY_LAUNCH, COLL_LAUNCH]))
     sync = np.flatnonzero(role == SYNC)
     first, last = start[host].min(), end[sync].max()
@@ -120,7 +89,7 @@ def _cpu_events(run: GpuRun, rank: int, start, end, pid: int) -> list[pd.Series]
     comms_args = _collective_args(run, rank, np.flatnonzero(role == NCCL))
     comms_args.insert(0, "External id", external[coll])
     return [
-        _complete(
+        complete(
             "user_annotation",
             f"ProfilerStep#{STEP_NUMBER}",
             pid,
@@ -129,7 +98,7 @@ def _cpu_events(run: GpuRun, rank: int, start, end, pid: int) -> list[pd.Series]
             [last - first],
             pd.DataFrame({"External id": [1]}),
         ),
-        _complete(
+        complete(
             "cpu_op",
             cpu_name,
             pid,
@@ -138,7 +107,7 @@ def _cpu_events(run: GpuRun, rank: int, start, end, pid: int) -> list[pd.Series]
             end[host] - start[host],
             pd.DataFrame({"External id": external[host]}),
         ),
-        _complete(
+        complete(
             "cpu_op",
             "record_param_comms",
             pid,
@@ -147,32 +116,34 @@ def _cpu_events(run: GpuRun, rank: int, start, end, pid: int) -> list[pd.Series]
             end[coll] - hw.COLLECTIVE_POST_NS // 2 - comms_start,
             comms_args,
         ),
-        _complete(
+        complete(
             "cuda_runtime",
             "cudaDeviceSynchronize",
             pid,
             pid,
             start[sync],
             end[sync] - start[sync],
-            pd.DataFrame({"External id": external[sync], "correlation": CORRELATION_BASE + sync}),
+            pd.DataFrame({"External id": external[sync], "correlation": ids.node[sync]}),
         ),
     ]
 
 
-def _gpu_events(run: GpuRun, rank: int, start, end, pid: int, device: int) -> list[pd.Series]:
+def _gpu_events(
+    run: GpuRun, rank: int, start, end, pid: int, device: int, ids: CallIds
+) -> list[pd.Series]:
     """Launch calls, kernels, memcpys and their ac2g flows."""
     p = run.device.program
     role, origin = run.role, run.origin
-    external = np.arange(len(role)) + 2
+    external = _external_ids(run)
     gpu = np.flatnonzero(np.isin(role, [KERNEL, MEMCPY, NCCL]))
-    corr = CORRELATION_BASE + gpu
+    corr = ids.node[gpu]
     launcher = run.launcher[gpu]
     cost = _COST.reindex(role[launcher])
-    call_ts = start[launcher] + cost["pre"].to_numpy() + run.slot[gpu] * cost["call"].to_numpy()
+    call_ts = start[launcher] + run.call_offset[gpu]
     is_copy = role[gpu] == MEMCPY
     stream = STREAM_IDS[run.resource[gpu]]
     events = [
-        _complete(
+        complete(
             "cuda_runtime",
             np.where(is_copy, "cudaMemcpyAsync", "cudaLaunchKernel"),
             pid,
@@ -187,8 +158,8 @@ def _gpu_events(run: GpuRun, rank: int, start, end, pid: int, device: int) -> li
                 }
             ),
         ),
-        _flows("s", corr, pid, pid, call_ts),
-        _flows("f", corr, device, stream, start[gpu]),
+        flows("s", corr, pid, pid, call_ts),
+        flows("f", corr, device, stream, start[gpu]),
     ]
     op = pd.Series(p.hlo_name[origin[gpu]]).str.rsplit(".", n=1).str[0].to_numpy()
     for kind in (KERNEL, MEMCPY, NCCL):
@@ -210,7 +181,7 @@ def _gpu_events(run: GpuRun, rank: int, start, end, pid: int, device: int) -> li
             args = base.assign(bytes=nbytes, **{"memory bandwidth (GB/s)": nbytes / dur})
             name = pd.Series(p.direction[origin[nodes]]).map(names.MEMCPY).to_numpy()
             events.append(
-                _complete("gpu_memcpy", name, device, stream[rows], start[nodes], dur, args)
+                complete("gpu_memcpy", name, device, stream[rows], start[nodes], dur, args)
             )
             continue
         if kind == KERNEL:
@@ -226,7 +197,7 @@ def _gpu_events(run: GpuRun, rank: int, start, end, pid: int, device: int) -> li
                 axis=1,
             )
         args = pd.concat([base, extra.reset_index(drop=True)], axis=1)
-        events.append(_complete("kernel", name, device, stream[rows], start[nodes], dur, args))
+        events.append(complete("kernel", name, device, stream[rows], start[nodes], dur, args))
     return events
 
 
@@ -305,9 +276,12 @@ def rank_json(run: GpuRun, rank: int, offset: int) -> bytes:
     pid, device = HOST_PID_BASE + rank, rank % hw.GPUS_PER_HOST
     streams = sorted(int(s) for s in STREAM_IDS[np.unique(run.resource)] if s >= 0)
     text = _metadata_events(pid, device, streams)
-    for series in _cpu_events(run, rank, start, end, pid):
-        text += series.tolist()
-    for series in _gpu_events(run, rank, start, end, pid, device):
+    ids = call_ids(run)
+    for series in (
+        *_cpu_events(run, rank, start, end, pid, ids),
+        *_gpu_events(run, rank, start, end, pid, device, ids),
+        *sync_events(run, ids, start, pid, device, _external_ids(run)),
+    ):
         text += series.tolist()
     header = orjson.dumps(_header(rank, run.device.ranks, device)).decode()
     return (header[:-1] + ',"traceEvents":[\n' + ",\n".join(text) + "\n]}\n").encode()
