@@ -11,6 +11,7 @@ from tracediag import schema as S
 from tracediag.findings import Severity
 from tracediag.graph import ARRIVAL
 from tracediag.pace import peer_pace_change
+from tracediag.peers import peer_track_names
 from tracediag.replay import WhatIf
 from tracediag.rule import Rule, severity_by_saving
 from tracediag.skew import lateness
@@ -99,6 +100,7 @@ class CollectiveStraggler(Rule):
                 # The cause, not the symptom: the engine and layers where it is slower than its
                 # peers, from the first of that slow work to its last late arrival.
                 engine=str(engines.index[0]) if len(engines) else "cc",
+                track=str(slow.by_track.index[0]) if len(slow.by_track) else "",
                 layer=", ".join(layers),
                 op=str(ops.index[0]),
                 start_ns=min(first_wait, slow.start_ns)
@@ -135,6 +137,7 @@ class SlowWork:
     """Where a rank spends more time than its peers before its late arrivals."""
 
     by_engine: pd.Series  # excess ns per engine, largest first
+    by_track: pd.Series  # excess ns per track (by its name on every rank), largest first
     layers: list[str]  # layers holding most of the excess
     start_ns: int | None
     end_ns: int | None
@@ -146,22 +149,28 @@ def _slower_than_peers(ctx, rank: int, until: int, share: float = 0.25) -> SlowW
     ev = ctx.trace.events
     excess = ctx.excess_over_peers
     mine = (ev[S.RANK].to_numpy() == rank) & (ev[S.TS].to_numpy() < until) & (excess > 0)
-    mine &= ev[S.KIND].to_numpy() != "marker"
+    mine &= S.strings(ev[S.KIND]) != "marker"
     ids = np.flatnonzero(mine)
     engines = ctx.trace.tracks[S.ENGINE].astype(str).to_numpy()[ev[S.TRACK].to_numpy()[ids]]
     by_engine = pd.Series(excess[ids]).groupby(engines).sum().sort_values(ascending=False)
+    tracks = peer_track_names(ctx.trace)[ev[S.TRACK].to_numpy()[ids]]
+    by_track = pd.Series(excess[ids]).groupby(tracks).sum().sort_values(ascending=False)
     layers: list[str] = []
     chosen = ids
     if S.LAYER in ev and len(ids):
-        lay = ev[S.LAYER].astype(object).to_numpy()[ids]
+        lay = S.strings(ev[S.LAYER])[ids]
         ok = ~pd.isna(lay)
         if ok.any():
             top = pd.Series(excess[ids][ok]).groupby(lay[ok]).sum().sort_values(ascending=False)
             layers = [str(x) for x, v in top.items() if v >= share * top.iloc[0]]
             chosen = ids[ok & np.isin(lay, layers)]
     if not len(chosen):
-        return SlowWork(by_engine, layers, None, None)
+        return SlowWork(by_engine, by_track, layers, None, None)
     start = ev[S.TS].to_numpy()[chosen]
     return SlowWork(
-        by_engine, layers, int(start.min()), int((start + ev[S.DUR].to_numpy()[chosen]).max())
+        by_engine,
+        by_track,
+        layers,
+        int(start.min()),
+        int((start + ev[S.DUR].to_numpy()[chosen]).max()),
     )
