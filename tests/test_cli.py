@@ -203,6 +203,25 @@ def test_unknown_format_input(run, tmp_path):
     assert "notes.txt: unknown format" in _one_line_error(err)
 
 
+def test_bad_inputs_give_one_line_and_exit_2(run, tmp_path):
+    """Empty, truncated, cut-off and corrupt inputs: the file named, what is wrong, exit 2."""
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "chrome_straggler" / "chrome"
+    (tmp_path / "empty.json").write_bytes(b"")
+    gz = (sample / "rank_0.json.gz").read_bytes()
+    (tmp_path / "cut.json.gz").write_bytes(gz[: len(gz) // 2])
+    (tmp_path / "cut.json").write_text('{"traceEvents": [{"ph": "X", "ts": 1')
+    want = {
+        "empty.json": "empty file",
+        "cut.json.gz": "truncated gzip stream",
+        "cut.json": "not valid JSON",
+    }
+    for name, problem in want.items():
+        code, _, err = run("report", tmp_path / name)
+        assert code == 2, name
+        line = _one_line_error(err)
+        assert f"{tmp_path / name}: {problem}" in line, line
+
+
 @pytest.mark.parametrize(
     "argv",
     [

@@ -41,6 +41,8 @@ def discover(paths: Iterable[str | Path]) -> tuple[list[tuple[Path, object]], li
         path = Path(raw)
         if not path.exists():
             raise TraceInputError(path, "no such file or directory")
+        if path.is_file() and path.stat().st_size == 0:
+            raise TraceInputError(path, "empty file")
         reader = _reader_for(path)
         if reader is not None:
             found.append((path, reader))
