@@ -65,5 +65,9 @@ PROBES = {"COL990": SkewProbe, "DMA990": DmaWaitProbe}
 
 def use_probe_rules(monkeypatch) -> None:
     """Make the registry hold only the probes (the engine and the CLI both ask it)."""
+    # Import the engine first: imported while the registry is patched, it would bind the probes
+    # for good, and monkeypatch would "restore" them after the test.
+    import tracediag.engine  # noqa: F401
+
     monkeypatch.setattr("tracediag.rule.all_rules", lambda: dict(PROBES))
     monkeypatch.setattr("tracediag.engine.all_rules", lambda: dict(PROBES))

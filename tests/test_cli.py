@@ -216,7 +216,7 @@ def test_bad_inputs_give_one_line_and_exit_2(run, tmp_path):
         "cut.json": "not valid JSON",
     }
     for name, problem in want.items():
-        code, _, err = run("report", tmp_path / name)
+        code, _, err = run("report", "-q", tmp_path / name)
         assert code == 2, name
         line = _one_line_error(err)
         assert f"{tmp_path / name}: {problem}" in line, line
