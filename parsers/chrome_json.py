@@ -3,7 +3,8 @@
 One file is one rank. The pipeline: :mod:`chrome_decode` (bytes -> metadata + events with exact
 ns times), :mod:`chrome_events` (columns, B/E pairing, flows), :func:`builder.sanitize_events`
 (unusable times dropped and counted), :mod:`kineto` (kinds, tracks, launches, ops, steps),
-:mod:`kineto_sync` (waits) and :mod:`kineto_collectives` (collective rows).
+:mod:`kineto_layers` (layers from ``record_function`` and module ranges), :mod:`kineto_sync`
+(waits) and :mod:`kineto_collectives` (collective rows).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from tracediag import fileio
 from tracediag import schema as S
 from tracediag.builder import RankPart, sanitize_events
 from tracediag.errors import TraceInputError
-from tracediag.parsers import kineto
+from tracediag.parsers import kineto, kineto_layers
 from tracediag.parsers.chrome_decode import decode, paused_gc
 from tracediag.parsers.chrome_events import flow_edges, tabulate
 from tracediag.parsers.kineto_collectives import collective_rows
@@ -89,12 +90,14 @@ def _read(path: Path) -> RankPart:
     rows = kineto.describe(slices)
     kind = kineto.event_kinds(rows)
     launches, launcher = kineto.launch_edges(rows)
-    op, step = kineto.ops_and_steps(rows, launcher)
+    op_row = kineto.launching_ops(rows, launcher)
+    op, step = kineto.op_names(rows, op_row), kineto.steps(rows, launcher)
+    layer = kineto_layers.layers(rows, launcher, op_row)
     edges = pd.concat(
         [launches, sync_edges(rows, kind), _flow_edges(table, slices, rows, launches, meta)],
         ignore_index=True,
     )
-    events = _events_frame(slices, rows, kind, op, step, table.thread_names)
+    events = _events_frame(slices, rows, kind, op, step, layer, table.thread_names)
     return RankPart(meta=meta, events=events, edges=edges, collectives=collective_rows(rows, kind))
 
 
@@ -138,7 +141,7 @@ def _flow_edges(
     )
 
 
-def _events_frame(slices, rows: kineto.Rows, kind, op, step, thread_names) -> pd.DataFrame:
+def _events_frame(slices, rows: kineto.Rows, kind, op, step, layer, thread_names) -> pd.DataFrame:
     n = len(slices)
     bytes_ = np.full(n, np.nan)
     dma = np.flatnonzero(kind == "dma")
@@ -154,7 +157,7 @@ def _events_frame(slices, rows: kineto.Rows, kind, op, step, thread_names) -> pd
             S.TS: rows.ts,
             S.DUR: rows.end - rows.ts,
             S.BYTES: bytes_,
-            S.LAYER: pd.Categorical(np.full(n, None, dtype=object)),
+            S.LAYER: layer,
             S.OP: pd.Categorical(op),
             S.STEP: step,
             S.SRC_ID: src_id,

@@ -2,9 +2,11 @@
 
 Categories are matched by family, not by one vendor's names: ``kernel``; ``*memcpy*``/``*memset*``;
 ``*_runtime``/``*_driver`` (CUDA, HIP, ...); ``*_sync`` (CUPTI synchronisation records, kept as
-GPU-side markers whose args describe waits); ``gpu_*`` annotations; ``cpu_op``; anything else is a
-marker. GPU slices sit on ``gpu{pid}/stream {tid}`` tracks on the host clock (Kineto converts GPU
-times to it); CPU slices on ``cpu {pid}/{tid}`` threads.
+GPU-side markers whose args describe waits); ``gpu_*`` annotations; ``cpu_op``; ``user_annotation``
+(``record_function`` ranges) and ``python_function`` (Python stack and module ranges), markers
+that name layers (:mod:`kineto_layers`); anything else is a marker. GPU slices sit on
+``gpu{pid}/stream {tid}`` tracks on the host clock (Kineto converts GPU times to it); CPU slices on
+``cpu {pid}/{tid}`` threads.
 """
 
 from __future__ import annotations
@@ -45,10 +47,25 @@ def category_family(cat: str) -> str:
         return "gpu_marker"
     if c in ("cpu_op", "operator"):
         return "cpu_op"
+    if c == "user_annotation":
+        return "annotation"
+    if c == "python_function":
+        return "python"
     return "other"
 
 
-FAMILIES = ("kernel", "memcpy", "memset", "runtime", "gpu_sync", "gpu_marker", "cpu_op", "other")
+FAMILIES = (
+    "kernel",
+    "memcpy",
+    "memset",
+    "runtime",
+    "gpu_sync",
+    "gpu_marker",
+    "cpu_op",
+    "annotation",
+    "python",
+    "other",
+)
 
 
 @dataclass
@@ -195,36 +212,40 @@ def launch_edges(rows: Rows) -> tuple[pd.DataFrame, np.ndarray]:
     return edges, launcher
 
 
-def ops_and_steps(rows: Rows, launcher: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The launching CPU op's name (runtime calls and GPU work) and the ProfilerStep number.
+def launching_ops(rows: Rows, launcher: np.ndarray) -> np.ndarray:
+    """Per slice, the row of the ``cpu_op`` that launched it (runtime calls and GPU work), or -1.
 
     The op is the innermost ``cpu_op`` enclosing the launch call on its thread; where there is no
     launch call, the GPU slice's ``External id`` names the op, unless it merely repeats the
     correlation id (older Kineto numbered GPU slices that way, colliding with real op ids).
     """
-    n = len(rows.family)
-    op = np.full(n, None, dtype=object)
+    op_row = np.full(len(rows.family), -1, dtype=np.int64)
     ops = rows.where("cpu_op", gpu=False)
     calls = rows.where("runtime", gpu=False)
     if len(ops) and len(calls):
         nesting = SliceNesting(rows.thread[ops], rows.ts[ops], rows.end[ops])
         inner = nesting.innermost(rows.thread[calls], rows.ts[calls])
-        op[calls] = np.where(inner >= 0, rows.name[ops[np.maximum(inner, 0)]], None)
+        op_row[calls] = np.where(inner >= 0, ops[np.maximum(inner, 0)], -1)
     gpu = np.flatnonzero(launcher >= 0)
-    op[gpu] = op[launcher[gpu]]
+    op_row[gpu] = op_row[launcher[gpu]]
     orphans = rows.where(*GPU_WORK, gpu=True)
     orphans = orphans[launcher[orphans] < 0]
     if len(orphans) and len(ops):
         ext = arg_numbers(rows.args, orphans, "External id")
-        by_ext = pd.Series(rows.name[ops], index=arg_numbers(rows.args, ops, "External id"))
+        by_ext = pd.Series(ops, index=arg_numbers(rows.args, ops, "External id"))
         by_ext = by_ext[~by_ext.index.duplicated(keep="last")]
-        named = by_ext.reindex(ext).to_numpy(dtype=object)
-        trusted = np.isfinite(ext) & (ext != rows.corr[orphans])
-        op[orphans] = np.where(trusted & pd.notna(named), named, None)
-    return op, _steps(rows, launcher)
+        named = by_ext.reindex(ext).to_numpy(dtype=np.float64)
+        trusted = np.isfinite(ext) & (ext != rows.corr[orphans]) & np.isfinite(named)
+        op_row[orphans] = np.where(trusted, np.nan_to_num(named, nan=-1), -1).astype(np.int64)
+    return op_row
 
 
-def _steps(rows: Rows, launcher: np.ndarray) -> np.ndarray:
+def op_names(rows: Rows, op_row: np.ndarray) -> np.ndarray:
+    """The name of each slice's launching op (None where there is none; see launching_ops)."""
+    return np.where(op_row >= 0, rows.name[np.maximum(op_row, 0)], None)
+
+
+def steps(rows: Rows, launcher: np.ndarray) -> np.ndarray:
     """ProfilerStep#N enclosing each CPU slice's start; GPU work takes its launcher's step."""
     step = np.full(len(rows.family), np.nan)
     cpu = np.flatnonzero(~rows.on_gpu)

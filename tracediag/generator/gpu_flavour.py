@@ -66,6 +66,7 @@ class GpuRun:
     slot: np.ndarray  # int64 (M,): index of the launch call within its host op
     calls: np.ndarray  # int64 (M,): launch calls a host op makes (0 for other nodes)
     stall_fault: np.ndarray  # int64 (M,): index into faults of a stall node, else -1
+    layer: np.ndarray  # object (M,): the layer of a node's work; a stall's fault layer; "" (sync)
     call_offset: np.ndarray  # int64 (M,): GPU node's launch call, ns after its launcher starts
     sync_producer: np.ndarray  # int64 (S,): GPU node another stream waits for (event recorded)
     sync_consumer: np.ndarray  # int64 (S,): first GPU node launched after the stream wait
@@ -236,9 +237,11 @@ def _schedule(run: DeviceRun, g: _GpuProgram, faults: list[Fault], seed: int) ->
     duration[on_device] = run.duration[origin[on_device]]
     hosts = np.isin(role, list(HOST_COST))
     duration[hosts] = timing["host_ns"][hosts, None]
+    layer = np.where(on_device, run.program.layer[np.maximum(origin, 0)], "").astype(object)
     for node in np.flatnonzero(role == STALL):  # a stall lasts its fault's time on its ranks
         fault = faults[cols["stall"][node]]
         duration[node] = np.where(fault.rank_mask(run.ranks), fault.stall_ns, 0)
+        layer[node] = layer_name(fault.layers[0])  # it pauses the code of the layer it delays
     duration[role == SYNC] = hw.DEVICE_SYNC_NS
     lengths = np.array([len(d) for d in g.deps], dtype=np.int64)
     flat = [edge for deps in g.deps for edge in deps]
@@ -268,6 +271,7 @@ def _schedule(run: DeviceRun, g: _GpuProgram, faults: list[Fault], seed: int) ->
         slot=cols["slot"],
         calls=cols["calls"],
         stall_fault=cols["stall"],
+        layer=layer,
         call_offset=timing["call_offset"],
         sync_producer=sync[:, 0],
         sync_consumer=sync[:, 1],

@@ -1,12 +1,14 @@
 """Chrome/Kineto JSON writer: the GPU flavour of the step as PyTorch's profiler records it.
 
 One gzip file per rank (``rank_<i>.json.gz``). The CPU thread shows ``cpu_op`` ranges with the
-``cuda_runtime`` launch calls inside them; GPU work shows as ``kernel`` and ``gpu_memcpy`` events
-on ``pid`` = device, ``tid`` = stream, joined to their launch by ``args.correlation`` and by
-``ac2g`` flow events. NCCL kernels and the ``record_param_comms`` op carry the collective
-arguments. Cross-stream dependencies show as CUDA event records and stream waits
-(:mod:`chrome_sync`). ``ts``/``dur`` are µs with up to three decimals (ns precision) relative to
-``baseTimeNanoseconds``. Events are rendered column-wise into JSON text, never one dict each.
+``cuda_runtime`` launch calls inside them, inside ``user_annotation`` ranges naming their layer
+(as ``record_function("layer_1")`` writes them); GPU work shows as ``kernel`` and
+``gpu_memcpy`` events on ``pid`` = device, ``tid`` = stream, joined to their launch by
+``args.correlation`` and by ``ac2g`` flow events. NCCL kernels and the ``record_param_comms`` op
+carry the collective arguments. Cross-stream dependencies show as CUDA event records and stream
+waits (:mod:`chrome_sync`). ``ts``/``dur`` are µs with up to three decimals (ns precision)
+relative to ``baseTimeNanoseconds``. Events are rendered column-wise into JSON text, never one
+dict each.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from tracediag.generator.gpu_flavour import (
     LAUNCH,
     MEMCPY,
     NCCL,
+    STALL,
     STREAM_IDS,
     SYNC,
     GpuRun,
@@ -71,6 +74,29 @@ def _external_ids(run: GpuRun) -> np.ndarray:
     return np.arange(len(run.role)) + 2
 
 
+def _layer_annotations(run: GpuRun, start, end, pid: int) -> pd.Series:
+    """``record_function`` ranges around each run of consecutive host ops of one layer.
+
+    Named like the device formats' layers (``layer_0``, ..., ``loss``, ``optimizer``). A layer's
+    code may open several ranges: the next layer's weight prefetch runs in between. A host stall
+    sits in the range of the layer it delays. Ranges only wrap host ops: they cost no time.
+    """
+    cpu = np.flatnonzero(np.isin(run.role, [LAUNCH, COPY_LAUNCH, COLL_LAUNCH, STALL]))
+    layer = run.layer[cpu]
+    opens = np.flatnonzero(np.r_[True, layer[1:] != layer[:-1]])
+    first, last = cpu[opens], cpu[np.r_[opens[1:] - 1, len(cpu) - 1]]
+    external = len(run.role) + 2 + np.arange(len(opens))  # after every host op's id
+    return complete(
+        "user_annotation",
+        layer[opens],
+        pid,
+        pid,
+        start[first],
+        end[last] - start[first],
+        pd.DataFrame({"External id": external}),
+    )
+
+
 def _cpu_events(run: GpuRun, rank: int, start, end, pid: int, ids: CallIds) -> list[pd.Series]:
     p = run.device.program
     role, external = run.role, _external_ids(run)
@@ -98,6 +124,7 @@ def _cpu_events(run: GpuRun, rank: int, start, end, pid: int, ids: CallIds) -> l
             [last - first],
             pd.DataFrame({"External id": [1]}),
         ),
+        _layer_annotations(run, start, end, pid),
         complete(
             "cpu_op",
             cpu_name,
