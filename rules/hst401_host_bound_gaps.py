@@ -139,15 +139,16 @@ def _clusters(lo: np.ndarray, hi: np.ndarray) -> list[np.ndarray]:
 
 
 def _launched_layer(ctx, nodes: np.ndarray) -> str:
-    """The layer (or op) of the device work the stalled calls launch, when the trace says."""
+    """The layer of the device work the stalled calls launch, else of the calls themselves
+    (a stream wait launches nothing), else their op, when the trace says."""
     ev = ctx.trace.events
     ed = ctx.trace.edges
     events = ctx.graph.event[nodes]
     launched = ed.loc[ed[S.SRC].isin(events), S.DST].to_numpy()
-    for col in (S.LAYER, S.OP):
-        if col in ev and len(launched):
-            vals = ev[col].astype(object).to_numpy()[launched]
-            vals = vals[~pd.isna(vals)]
+    for col, rows in ((S.LAYER, launched), (S.LAYER, events), (S.OP, launched)):
+        if col in ev and len(rows):
+            vals = S.strings(ev[col])[rows]
+            vals = vals[vals != None]  # noqa: E711 (object array of str or None)
             if len(vals):
                 return str(pd.Series(vals).mode().iloc[0])
     return ""

@@ -42,18 +42,25 @@ def peer_track_names(trace: S.Trace) -> np.ndarray:
 
 
 def event_ordinals(trace: S.Trace) -> np.ndarray:
-    """Per event: its position in time order on its (rank, track)."""
+    """Per event: its position in time order among the events of its kind group on its track.
+
+    Markers (annotations, CUPTI sync records) are counted apart from work: they sit at host
+    times, in a different order on different ranks, and would push the work's ordinals out of
+    step with its peers'.
+    """
     ev = trace.events
     if not len(ev):
         return np.zeros(0, dtype=np.int64)
-    key = ev[S.TRACK].to_numpy().astype(np.int64)
+    marker = (S.strings(ev[S.KIND]) == "marker").astype(np.int64)
+    key = ev[S.TRACK].to_numpy().astype(np.int64) * 2 + marker
     order = np.lexsort((np.arange(len(ev)), ev[S.TS].to_numpy(), key))
     k = key[order]
     first = np.r_[0, np.flatnonzero(k[1:] != k[:-1]) + 1]
     run_start = np.repeat(first, np.diff(np.r_[first, len(k)]))
     out = np.empty(len(ev), dtype=np.int64)
     out[order] = np.arange(len(ev)) - run_start
-    return out
+    # Markers never pair with work: their ordinals live above every work ordinal.
+    return out + marker * len(ev)
 
 
 def peer_events(trace: S.Trace, ordinals: np.ndarray, event_ids: np.ndarray) -> np.ndarray:
