@@ -141,10 +141,12 @@ def _describe(dma_runs: pd.DataFrame, seg: pd.DataFrame, dma: pd.DataFrame) -> p
 
 def _cause_rows(ctx, dma, rank, queue, layer, grp) -> pd.DataFrame:
     """The DMA transfers behind the runs: those of the same rank, queue and layer when the layer
-    is known, else the transfers on the path."""
+    is known, else the transfers of the queue inside the runs' window."""
     on_rank = ctx.dma[(ctx.dma["rank"] == rank) & (ctx.dma["queue"] == queue)]
     if isinstance(layer, str) and layer:
-        return on_rank[on_rank["layer"] == layer]
+        same_layer = on_rank[on_rank["layer"] == layer]
+        if len(same_layer):
+            return same_layer
     lo, hi = int(grp["start_ns"].min()), int(grp["end_ns"].max())
     end = on_rank["ts"] + on_rank["dur"]
     return on_rank[(end > lo) & (on_rank["ts"] < hi)]

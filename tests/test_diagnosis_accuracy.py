@@ -8,6 +8,7 @@ re-simulation without the fault), and the clean scenario must stay clean at warn
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -32,13 +33,18 @@ def jobs(tmp_path_factory):
     out = {}
     for scenario in SCENARIOS:
         generate(scenario, root / scenario, ranks=4, seed=7, formats=FORMATS)
+        # The same profiles without their Flow tables: dependencies must then come from the
+        # instructions' semaphore waits.
+        shutil.copytree(root / scenario / "parquet", root / scenario / "parquet-noflow")
+        for flow in (root / scenario / "parquet-noflow").rglob("Flow*.parquet"):
+            flow.unlink()
         out[scenario] = root / scenario
     return out
 
 
 def _truth(job, fmt):
     truth = json.loads((job / "truth.json").read_text())
-    return truth["chrome" if fmt == "chrome" else "device"]
+    return truth["chrome" if fmt == "chrome" else "device"]  # parquet-noflow: the device truth
 
 
 def _overlaps(f, window):
@@ -84,7 +90,7 @@ def _check_fault(d, fault):
         )
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "json"])
+@pytest.mark.parametrize("fmt", ["parquet", "json", "parquet-noflow"])
 @pytest.mark.parametrize(
     "scenario", ["slow_dma", "fragmented_dma", "straggler", "engine_bottleneck", "mixed"]
 )

@@ -34,7 +34,7 @@ class Analysis:
     breakdown: pd.DataFrame  # per rank: compute/communication/memory/idle ns and pct
     hardware: dict[int, hw.Hardware | None]
     step_ns: dict[int, int]  # per rank: first start to last end of its graph events
-    inferred_edges: int = 0  # dependencies inferred from semaphore waits (see infer.py)
+    inferred: pd.DataFrame | None = None  # dependencies inferred from semaphore waits (infer.py)
     segments: pd.DataFrame = field(init=False)  # path segments with their event's fields
 
     def __post_init__(self) -> None:
@@ -53,7 +53,7 @@ class Analysis:
     @cached_property
     def dma(self) -> pd.DataFrame:
         """DMA events with queue, bytes, bandwidth and the layer they feed (see peers.dma_frame)."""
-        return dma_frame(self.trace, self.ordinals)
+        return dma_frame(self.trace, self.ordinals, self.inferred)
 
     @property
     def length_ns(self) -> int:
@@ -138,5 +138,5 @@ def analyse(trace: S.Trace, hardware_overrides: dict | None = None) -> Analysis:
         breakdown=temporal_breakdown(trace),
         hardware=hardware,
         step_ns=step_times(graph),
-        inferred_edges=len(inferred),
+        inferred=inferred,
     )

@@ -1,10 +1,11 @@
 """Dependencies the format does not record but the profiler's wait times reveal.
 
 A Neuron instruction's ``evt_wait_time`` is how long it stalled on a semaphore after it was ready
-to issue. When no recorded edge explains that stall, the event it waited for is the DMA or
-collective on the same rank that finished last inside the stall window [start - wait, start]:
-semaphores are how engines wait for DMA queues and collectives. Legacy JSON profiles (no Flow
-table, no edges into collectives) need this for the critical path to cross those waits.
+to issue. When no recorded edge explains that stall, the event it waited for is the one on
+another track of the same rank (another engine, a DMA queue, a collective) that finished last
+inside the stall window [start - wait, start]: the semaphore is released by the last producer
+it counts, and the waiter issues right after. Legacy JSON profiles (no edges into collectives)
+and Parquet profiles without a Flow table need this for the critical path to cross engines.
 """
 
 from __future__ import annotations
@@ -35,20 +36,22 @@ def wait_edges(trace: S.Trace) -> pd.DataFrame:
     ready = ts[waiter] - wait[waiter].astype(np.int64)
     explained = _explained(trace, waiter, ready, end)
     waiter, ready = waiter[~explained], ready[~explained]
-    producer = np.flatnonzero(np.isin(kind, ("dma", "collective")))
+    producer = np.flatnonzero(np.isin(kind, ("compute", "dma", "collective")))
     if not len(waiter) or not len(producer):
         return empty
     # Latest producer end <= waiter start, per rank: search in (rank, end) order.
-    span = int(end.max() - min(ts.min(), ready.min())) + 2 * TOLERANCE_NS + 1
+    span = int(end.max() - min(ts.min(), ready.min())) + 1
     base = int(min(ts.min(), ready.min()))
     key_p = rank[producer].astype(np.int64) * span + (end[producer] - base)
     o = np.argsort(key_p, kind="stable")
     key_p, producer = key_p[o], producer[o]
-    key_w = rank[waiter].astype(np.int64) * span + (ts[waiter] + TOLERANCE_NS - base)
+    # A producer ends no later than its waiter starts (the waiter itself is never a candidate).
+    key_w = rank[waiter].astype(np.int64) * span + (ts[waiter] - base)
     i = np.searchsorted(key_p, key_w, side="right") - 1
     ok = i >= 0
     cand = producer[np.maximum(i, 0)]
     ok &= rank[cand] == rank[waiter]
+    ok &= ev[S.TRACK].to_numpy()[cand] != ev[S.TRACK].to_numpy()[waiter]  # program order has it
     ok &= end[cand] >= ready - TOLERANCE_NS
     return pd.DataFrame(
         {

@@ -72,7 +72,9 @@ def peer_events(trace: S.Trace, ordinals: np.ndarray, event_ids: np.ndarray) -> 
     return np.flatnonzero(have.isin(want))
 
 
-def dma_frame(trace: S.Trace, ordinals: np.ndarray) -> pd.DataFrame:
+def dma_frame(
+    trace: S.Trace, ordinals: np.ndarray, inferred: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """DMA events with their queue, bytes, duration, achieved bandwidth and the layer they feed.
 
     The layer is the DMA's own when the format gives one, else the layer of the instruction
@@ -97,7 +99,7 @@ def dma_frame(trace: S.Trace, ordinals: np.ndarray) -> pd.DataFrame:
     )
     df["bw"] = df["bytes"] / np.maximum(df["dur"], 1) * 1e9  # bytes/s
     own = ev[S.LAYER].astype(object).to_numpy()[ids] if S.LAYER in ev else np.full(len(ids), None)
-    consumer = _consumer_layer(trace, ids)
+    consumer = _consumer_layer(trace, ids, inferred)
     layer = pd.Series(np.where(pd.isna(own), consumer, own), index=df.index, dtype=object)
     df = df.sort_values(["track", "ts", "event"])
     layer = layer.loc[df.index]
@@ -105,15 +107,19 @@ def dma_frame(trace: S.Trace, ordinals: np.ndarray) -> pd.DataFrame:
     return df.sort_index()
 
 
-def _consumer_layer(trace: S.Trace, dma_ids: np.ndarray) -> np.ndarray:
+def _consumer_layer(
+    trace: S.Trace, dma_ids: np.ndarray, inferred: pd.DataFrame | None
+) -> np.ndarray:
     out = np.full(len(dma_ids), None, dtype=object)
-    ed = trace.edges
+    ed = (
+        trace.edges if inferred is None or not len(inferred) else pd.concat([trace.edges, inferred])
+    )
     if not len(ed) or S.LAYER not in trace.events:
         return out
     pos = pd.Series(np.arange(len(dma_ids)), index=dma_ids)
     src = ed[S.SRC].to_numpy()
     hit = np.isin(src, dma_ids)
-    layers = trace.events[S.LAYER].astype(object).to_numpy()[ed[S.DST].to_numpy()[hit]]
+    layers = S.strings(trace.events[S.LAYER])[ed[S.DST].to_numpy()[hit]]
     ok = ~pd.isna(layers)
     out[pos.loc[src[hit][ok]].to_numpy()] = layers[ok]
     return out
