@@ -129,3 +129,36 @@ def test_dma103_reports_the_gap_to_the_hardware_peak():
 def test_dma103_quiet_near_the_peak():
     d = diagnose(build(_slow_queue_job(25e9)), Config(select=["DMA103"]))
     assert d.findings == []
+
+
+def test_dma101_slow_queue_without_fast_peers_on_it():
+    """Each layer loads on its own queue; layer 2's queue is slow on every rank: its peers are
+    the other queues, so the what-if restores it to their bandwidth."""
+    specs = []
+    for r in (0, 1):
+        s = RankSpec(r)
+        t, prev = 0, None
+        for k in range(4):
+            dur = int(MIB / (BW / 4) * 1e9) if k == 2 else NORMAL
+            trig = s.add(f"trig{k}", "sync", "compute", t, t + 5)
+            if prev is not None:
+                s.dep(prev, trig)
+            d = s.add(
+                "w", f"q{k}", "dma", t + 20, t + 20 + dur, bytes=float(MIB), layer=f"layer_{k}"
+            )
+            s.dep(trig, d, "dma_trigger")
+            mm = s.add(
+                "MATMUL",
+                "tensor",
+                "compute",
+                t + 20 + dur,
+                t + 20 + dur + 20_000,
+                layer=f"layer_{k}",
+            )
+            s.dep(d, mm)
+            prev, t = mm, t + 20 + dur + 20_000
+        specs.append(s)
+    d = diagnose(build(*specs), Config(select=["DMA101"]))
+    f = [f for f in d.findings if f.layer == "layer_2"][0]
+    assert (f.track, f.ranks, f.severity) == ("q2", (0, 1), Severity.ERROR)
+    assert f.saving_ns == int(MIB / (BW / 4) * 1e9) - NORMAL

@@ -125,15 +125,22 @@ def _consumer_layer(
     return out
 
 
-def typical_bandwidth(dma: pd.DataFrame, min_bytes: float) -> pd.Series:
-    """Median achieved bandwidth per queue name over transfers of at least ``min_bytes``.
+def typical_bandwidth(dma: pd.DataFrame, min_bytes: float, floor_ratio: float = 0.5) -> pd.Series:
+    """The bandwidth a queue's transfers usually achieve: per queue name, the median over its
+    transfers of at least ``min_bytes`` (all its transfers when none is that large).
 
-    Queues with no such transfer fall back to the median over all their transfers.
+    A queue whose every transfer is slow has no fast peer on the queue itself: when its median
+    is below ``floor_ratio`` of the median over all queues' large transfers, its peers are the
+    other queues, and that job-wide median is its typical bandwidth.
     """
     big = dma[dma["bytes"] >= min_bytes]
     typical = big.groupby("queue")["bw"].median()
     fallback = dma.groupby("queue")["bw"].median()
-    return typical.reindex(fallback.index).fillna(fallback)
+    typical = typical.reindex(fallback.index).fillna(fallback)
+    job_wide = float(big["bw"].median()) if len(big) else float(dma["bw"].median())
+    if np.isfinite(job_wide):
+        typical = typical.where(typical >= floor_ratio * job_wide, job_wide)
+    return typical
 
 
 def interval_overlap(
