@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import pyarrow.parquet as pq
 import pytest
 
 from tracediag.engine import diagnose
@@ -33,18 +34,28 @@ def jobs(tmp_path_factory):
     out = {}
     for scenario in SCENARIOS:
         generate(scenario, root / scenario, ranks=4, seed=7, formats=FORMATS)
-        # The same profiles without their Flow tables: dependencies must then come from the
-        # instructions' semaphore waits.
-        shutil.copytree(root / scenario / "parquet", root / scenario / "parquet-noflow")
-        for flow in (root / scenario / "parquet-noflow").rglob("Flow*.parquet"):
-            flow.unlink()
+        _strip(root / scenario, keep_waits=True)
+        _strip(root / scenario, keep_waits=False)
         out[scenario] = root / scenario
     return out
 
 
+def _strip(job, keep_waits: bool) -> None:
+    """The same Parquet profiles without Flow tables (dependencies must come from the
+    instructions' semaphore waits) and, for "parquet-bare", without those waits either (only
+    each engine's idle time before an instruction is left to go by)."""
+    dest = job / ("parquet-noflow" if keep_waits else "parquet-bare")
+    shutil.copytree(job / "parquet", dest)
+    for flow in dest.rglob("Flow*.parquet"):
+        flow.unlink()
+    if not keep_waits:
+        for part in dest.rglob("Instruction*.parquet"):
+            pq.write_table(pq.read_table(part).drop(["evt_wait_time_ns"]), part)
+
+
 def _truth(job, fmt):
     truth = json.loads((job / "truth.json").read_text())
-    return truth["chrome" if fmt == "chrome" else "device"]  # parquet-noflow: the device truth
+    return truth["chrome" if fmt == "chrome" else "device"]  # stripped Parquet too
 
 
 def _overlaps(f, window):
@@ -90,7 +101,7 @@ def _check_fault(d, fault):
         )
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "json", "parquet-noflow"])
+@pytest.mark.parametrize("fmt", ["parquet", "json", "parquet-noflow", "parquet-bare"])
 @pytest.mark.parametrize(
     "scenario", ["slow_dma", "fragmented_dma", "straggler", "engine_bottleneck", "mixed"]
 )

@@ -23,13 +23,13 @@ def wait_edges(trace: S.Trace) -> pd.DataFrame:
     """Edges ``producer -> waiter`` (kind ``dependency``) for unexplained semaphore stalls."""
     ev = trace.events
     empty = S.empty_frame(S.EDGE_COLUMNS)
-    if S.WAIT not in ev or not len(ev):
+    if not len(ev):
         return empty
-    wait = ev[S.WAIT].to_numpy()
     ts = ev[S.TS].to_numpy()
     end = ts + ev[S.DUR].to_numpy()
     kind = S.strings(ev[S.KIND])
     rank = ev[S.RANK].to_numpy()
+    wait = _waits(trace, ts, end, kind)
     waiter = np.flatnonzero((kind == "compute") & np.isfinite(wait) & (wait > 0))
     if not len(waiter):
         return empty
@@ -62,6 +62,29 @@ def wait_edges(trace: S.Trace) -> pd.DataFrame:
             ),
         }
     )
+
+
+def _waits(trace: S.Trace, ts: np.ndarray, end: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """The profiler's stall time per event; on NeuronCore engines without one, the idle time
+    since the previous instruction on the engine (an engine idles only when its next
+    instruction waits)."""
+    ev = trace.events
+    wait = (
+        ev[S.WAIT].to_numpy(dtype=np.float64, copy=True)
+        if S.WAIT in ev
+        else np.full(len(ev), np.nan)
+    )
+    track = ev[S.TRACK].to_numpy()
+    engine_track = (S.strings(trace.tracks[S.TRACK_KIND]) == "compute_engine")[track]
+    missing = ~np.isfinite(wait) & engine_track & (kind == "compute")
+    if missing.any():
+        o = np.lexsort((ts, track))
+        same = np.r_[False, track[o][1:] == track[o][:-1]]
+        idle = np.full(len(ev), np.nan)
+        prev_end = np.r_[0, end[o][:-1]]
+        idle[o[same]] = ts[o][same] - prev_end[same]
+        wait[missing] = idle[missing]
+    return wait
 
 
 def _explained(
