@@ -77,6 +77,11 @@ class Diagnosis:
                 "length_ns": a.length_ns,
                 "by_category_ns": {c: by_cat[c] for c in CATEGORIES},
                 "compute_by_engine_ns": a.path.compute_by_engine(),
+                "edges": {
+                    "recorded": len(self.trace.edges),
+                    "inferred": len(a.inferred) if a.inferred is not None else 0,
+                    "ignored": dict(a.graph.dropped_edges),
+                },
             },
             "findings": [f.to_dict() for f in self.findings],
             "summary": {
