@@ -2,7 +2,9 @@
 
 Keys (ruff-like): ``select``, ``extend-select``, ``ignore`` (codes or prefixes), ``fail-on``
 (error|warning|info), ``[rules.CODE]`` option tables, ``[severity]`` per-code overrides,
-``[hardware]`` (``profile`` and peak overrides).
+``[hardware]`` (``profile`` and peak overrides), ``[budgets]`` (limits on report metrics, see
+budgets.py), ``[per-trace-ignores]`` (glob on an input path, or ``rank:GLOB`` -> codes, see
+trace_ignores.py), ``[baseline]`` (noise thresholds of ``check --baseline``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tracediag.baseline_settings import BaselineSettings
+from tracediag.budgets import Budget, parse_budgets
 from tracediag.errors import UsageError
 from tracediag.findings import Severity
 
@@ -23,6 +27,9 @@ KNOWN_KEYS = {
     "severity",
     "hardware",
     "align",
+    "budgets",
+    "per-trace-ignores",
+    "baseline",
 }
 
 
@@ -38,6 +45,9 @@ class Config:
     severity: dict[str, Severity] = field(default_factory=dict)
     hardware: dict = field(default_factory=dict)
     align: bool = True
+    budgets: list[Budget] = field(default_factory=list)  # [budgets]: limits on report metrics
+    per_trace_ignores: dict[str, list[str]] = field(default_factory=dict)  # glob -> codes
+    baseline: BaselineSettings = field(default_factory=BaselineSettings)
     source: str = ""  # the file it came from, "" for defaults
 
     def is_selected(self, code: str) -> bool:
@@ -110,6 +120,11 @@ def from_mapping(data: dict, source: str = "") -> Config:
         cfg.severity = {k.upper(): Severity.parse(v) for k, v in data.get("severity", {}).items()}
         cfg.hardware = dict(data.get("hardware", {}))
         cfg.align = bool(data.get("align", True))
+        cfg.budgets = parse_budgets(dict(data.get("budgets", {})))
+        cfg.per_trace_ignores = {
+            str(k): _codes(v) for k, v in dict(data.get("per-trace-ignores", {})).items()
+        }
+        cfg.baseline = BaselineSettings.from_table(dict(data.get("baseline", {})))
     except (ValueError, TypeError) as exc:
         raise UsageError(f"{source or 'config'}: {exc}") from None
     return cfg

@@ -96,21 +96,8 @@ def walk(
     ``categories`` is :func:`node_categories`'s result when the caller already has it.
     """
     n = len(graph)
-    if n == 0:
-        empty = pd.DataFrame(
-            columns=[
-                "node",
-                "event",
-                "rank",
-                "track",
-                "category",
-                "engine",
-                "start_ns",
-                "end_ns",
-                "dur_ns",
-            ]
-        )
-        return CriticalPath(empty, 0, 0)
+    if n == 0:  # e.g. a trace of markers only: an empty path with typed columns
+        return CriticalPath(_segments_frame(graph, trace, [], [], [], []), 0, 0)
     end = graph.end
     start = graph.start
     t0, t_end = window_of(graph)

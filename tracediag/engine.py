@@ -9,9 +9,11 @@ from tracediag import schema as S
 from tracediag.analysis import Analysis, analyse
 from tracediag.config import Config
 from tracediag.critical_path import CATEGORIES
+from tracediag.durations import layer_durations, op_durations
 from tracediag.errors import UsageError
 from tracediag.findings import Finding, Severity
 from tracediag.rule import all_rules
+from tracediag.utilization import mfu_by_rank
 
 REPORT_SCHEMA = "tracediag.report/1"
 
@@ -34,6 +36,7 @@ class Diagnosis:
         """The JSON report (schema ``tracediag.report/1``), a public contract."""
         a = self.analysis
         bd = a.breakdown
+        mfu = mfu_by_rank(self.trace, a.step_ns, a.hardware)
         ranks = []
         for r in self.trace.ranks:
             m = self.trace.meta[r]
@@ -51,6 +54,7 @@ class Diagnosis:
                     "format": m.format,
                     "hardware": m.hardware,
                     "step_time_ns": int(a.step_ns.get(r, 0)),
+                    "mfu_pct": mfu.get(r),
                     "clock_offset_ns": int(m.clock_offset_ns),
                     "clock": m.info.get("clock", ""),
                     "breakdown_pct": pct,
@@ -82,6 +86,10 @@ class Diagnosis:
                     "inferred": len(a.inferred) if a.inferred is not None else 0,
                     "ignored": dict(a.graph.dropped_edges),
                 },
+            },
+            "durations": {
+                "by_layer": layer_durations(self.trace),
+                "by_op": op_durations(self.trace),
             },
             "findings": [f.to_dict() for f in self.findings],
             "summary": {

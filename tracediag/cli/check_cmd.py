@@ -1,8 +1,14 @@
-"""``tracediag check PATH...``: the CI gate; exit 1 when a finding is at or above ``--fail-on``."""
+"""``tracediag check PATH...``: the CI gate.
+
+Exit 1 when the gate fails: a finding at or above ``--fail-on`` (with ``--baseline``: a new
+one), a budget exceeded, or a metric regression against the baseline; 0 otherwise (and with
+``--exit-zero``); 2 on usage, configuration or input errors.
+"""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from tracediag.cli.common import (
     add_diagnosis_options,
@@ -18,16 +24,23 @@ from tracediag.report.labels import plural
 
 def add_parser(commands) -> None:
     """Register ``check`` on the subcommand parsers."""
+    from tracediag.report.check_formats import CHECK_FORMATS
+
     p = commands.add_parser(
         "check",
-        help="the CI gate: exit 1 on findings at or above a severity",
-        description="Diagnose traces like 'report', then exit 1 if any finding is at or above the "
-        "gate (--fail-on, else the config's fail-on, else error); 0 otherwise; 2 on usage, "
-        "configuration or input errors.",
+        help="the CI gate: exit 1 on findings at or above a severity, budgets, regressions",
+        description="Diagnose traces like 'report', then exit 1 if the gate fails: a finding at "
+        "or above --fail-on (else the config's fail-on, else error; with --baseline only new "
+        "findings count), a budget of [tool.tracediag.budgets] exceeded, or a metric regression "
+        "against the baseline; 0 otherwise; 2 on usage, configuration or input errors.",
     )
     add_diagnosis_options(p)
     p.add_argument(
-        "--format", choices=("text", "json"), default="text", help="report format (default: text)"
+        "--format",
+        choices=CHECK_FORMATS,
+        default="text",
+        help="output format: text, json (the report with its gate), markdown, junit (XML), "
+        "sarif (2.1.0), github (workflow annotations) (default: text)",
     )
     p.add_argument(
         "--fail-on",
@@ -35,25 +48,48 @@ def add_parser(commands) -> None:
         help="lowest severity that fails the check (default: config fail-on, else error)",
     )
     p.add_argument(
-        "--exit-zero", action="store_true", help="exit 0 even when findings reach the gate"
+        "--baseline",
+        type=Path,
+        metavar="FILE",
+        help="compare with a baseline written by 'tracediag baseline': only new findings fail, "
+        "and metrics worse than the baseline beyond its noise fail",
     )
+    p.add_argument("--exit-zero", action="store_true", help="exit 0 even when the gate fails")
+    p.add_argument(
+        "--record",
+        metavar="DB",
+        help="append this run's metrics and verdict to a history database (SQLite path or "
+        "sqlite:/// URL; created if missing) for 'tracediag trend'",
+    )
+    p.add_argument("--label", default="", help="a label for the recorded run (e.g. a build id)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Diagnose, print the report, then the verdict on stderr; the exit code is the verdict."""
-    from tracediag.report import render
+    """Diagnose, judge, write the report, then the verdict on stderr; the exit code is the verdict."""
+    from tracediag.baseline import compare, load_baseline
+    from tracediag.gate import evaluate_gate, verdict_line
+    from tracediag.report.check_formats import render_check
+    from tracediag.trace_ignores import apply_per_trace_ignores
 
     config = resolve_config(args)
     if args.fail_on is not None:
-        config.fail_on = Severity.parse(
-            args.fail_on
-        )  # the report then shows the gate actually applied
+        config.fail_on = Severity.parse(args.fail_on)  # the report then shows the gate applied
+    baseline = load_baseline(args.baseline) if args.baseline else None
     diagnosis = diagnose_paths(args, config)
-    emit(args, render(diagnosis, args.format, color=use_color(args.output)))
-    failing = diagnosis.at_or_above(config.fail_on)
-    if not failing:
-        say(args, f"check passed: no finding at or above {config.fail_on}")
+    diagnosis, dropped = apply_per_trace_ignores(diagnosis, config.per_trace_ignores)
+    if dropped:
+        say(args, f"{plural(dropped, 'finding')} ignored by per-trace-ignores")
+    report = diagnosis.to_dict()
+    comparison = compare(report, baseline, config.baseline) if baseline else None
+    report["gate"] = evaluate_gate(report, config.fail_on, config.budgets, comparison)
+    emit(args, render_check(report, args.format, color=use_color(args.output)))
+    say(args, verdict_line(report["gate"]))
+    if args.record:
+        from tracediag.history import record
+
+        run_id = record(args.record, report, label=args.label, gate_passed=report["gate"]["passed"])
+        say(args, f"recorded run {run_id} in {args.record}")
+    if report["gate"]["passed"] or args.exit_zero:
         return 0
-    say(args, f"check failed: {plural(len(failing), 'finding')} at or above {config.fail_on}")
-    return 0 if args.exit_zero else 1
+    return 1

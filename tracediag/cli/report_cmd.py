@@ -9,8 +9,11 @@ from tracediag.cli.common import (
     diagnose_paths,
     emit,
     resolve_config,
+    say,
     use_color,
 )
+from tracediag.errors import UsageError
+from tracediag.report.labels import plural
 
 
 def add_parser(commands) -> None:
@@ -27,14 +30,33 @@ def add_parser(commands) -> None:
     p.add_argument(
         "--format", choices=FORMATS, default="text", help="report format (default: text)"
     )
+    p.add_argument(
+        "--history",
+        metavar="DB",
+        help="with --format html: add trend charts of this history database ('check --record')",
+    )
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Load, diagnose, render; 0 on success."""
     from tracediag.report import render
+    from tracediag.trace_ignores import apply_per_trace_ignores
 
+    if args.history and args.format != "html":
+        raise UsageError("--history needs --format html")
     config = resolve_config(args)
     diagnosis = diagnose_paths(args, config)
+    diagnosis, dropped = apply_per_trace_ignores(diagnosis, config.per_trace_ignores)
+    if dropped:
+        say(args, f"{plural(dropped, 'finding')} ignored by per-trace-ignores")
+    if args.history:
+        from tracediag.history import load_history
+        from tracediag.report.html import render_html
+        from tracediag.trend import DEFAULT_METRICS, trend
+
+        history = trend(*load_history(args.history), DEFAULT_METRICS)
+        emit(args, render_html(diagnosis.to_dict(), history))
+        return 0
     emit(args, render(diagnosis, args.format, color=use_color(args.output)))
     return 0

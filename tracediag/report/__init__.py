@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tracediag.report.html import render_html
 from tracediag.report.json_report import render_json
 from tracediag.report.markdown import render_markdown
 from tracediag.report.text import render_text
@@ -19,6 +20,7 @@ _RENDERERS = {
     "text": render_text,
     "json": render_json,
     "markdown": render_markdown,
+    "html": render_html,
 }
 FORMATS = tuple(_RENDERERS)
 

@@ -1,0 +1,149 @@
+"""``tracediag diff``: two runs side by side with significance; measured against predicted; and
+the statistics behind them (reference values from SciPy 1.17)."""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+import pytest
+
+from tests import gate_runs
+from tracediag.compare import correlate, diff_reports
+from tracediag.report.diff_render import render_diff_markdown, render_diff_text
+from tracediag.stats import betainc, bh_qvalues, pearson, t_two_sided_p, welch
+
+# the shared fixtures (see tests/gate_runs.py)
+cli = gate_runs.cli
+probes = gate_runs.probes
+reports = gate_runs.reports
+run_dirs = gate_runs.run_dirs
+
+# ---- statistics -------------------------------------------------------------------------------
+
+
+def test_statistics_match_scipy():
+    assert betainc(2, 0.5, 0.3) == pytest.approx(0.03784096948581308, rel=1e-12)
+    assert betainc(50, 0.5, 0.99) == pytest.approx(0.3173043978741973, rel=1e-10)
+    assert t_two_sided_p(2.5, 7) == pytest.approx(0.04099221858575289, rel=1e-10)  # 2*t.sf
+    # scipy.stats.ttest_ind_from_stats(10, 2, 5, 13, 3, 8, equal_var=False).pvalue
+    assert welch(10, 2, 5, 13, 3, 8) == pytest.approx(0.05377376252279121, rel=1e-10)
+    q = bh_qvalues(np.array([0.01, 0.04, 0.03, np.nan, 0.5]))  # false_discovery_control
+    assert q[[0, 1, 2, 4]] == pytest.approx([0.04, 0.0533333333, 0.0533333333, 0.5])
+    assert np.isnan(q[3])
+
+
+def test_statistics_edge_cases():
+    assert welch(1, 0, 1, 2, 0, 5) is None  # one sample: no test
+    assert welch(5, 0, 3, 5, 0, 3) == 1.0
+    assert welch(5, 0, 3, 6, 0, 3) == 0.0
+    assert pearson([1, 2], [2, 4]) is None
+    assert pearson([1, 2, 3], [2, 4, 6.5]) == pytest.approx(0.99795, abs=1e-5)
+
+
+# ---- diff -------------------------------------------------------------------------------------
+
+
+def test_diff_finds_the_slow_dma(reports):
+    a, b = reports("clean0"), reports("slow_dma")
+    result = diff_reports(a, b, top=5)
+    assert result["step"]["change_ns"] == 7718638 - 6681759
+    assert result["step"]["change_pct"] == 15.52
+    cats = {c["category"]: c for c in result["categories"]}
+    assert cats["dma_transfer"]["change_ns"] == 1900072 - 383828
+    assert (cats["dma_transfer"]["a_pct"], cats["dma_transfer"]["b_pct"]) == (5.74, 24.62)
+    top = result["ops"][0]
+    assert top["op"] == "layer_1.weight"  # the DMA of layer_1's weights, 1152 transfers per run
+    assert (top["a_count"], top["b_count"]) == (1152, 1152)
+    assert top["change_pct"] == pytest.approx(147.5, abs=0.1)
+    assert top["significant"] and top["q_value"] < 1e-4
+    assert not any(r["significant"] for r in result["ops"][1:])
+    assert len(result["ops"]) == 5
+
+
+def test_diff_of_reruns_finds_nothing_significant(reports):
+    result = diff_reports(reports("clean0"), reports("clean1"), top=None)
+    assert len(result["ops"]) == len(reports("clean0")["durations"]["by_op"])
+    assert not any(r["significant"] for r in result["ops"] + result["layers"])
+    assert abs(result["step"]["change_pct"]) < 0.1
+
+
+def test_diff_of_a_straggler_flags_its_layers(reports):
+    result = diff_reports(reports("clean0"), reports("straggler"), top=None)
+    cats = {c["category"]: c for c in result["categories"]}
+    assert cats["collective_skew"]["change_ns"] == 1425756 - 10524
+    # rank 1's tensor and vector work on layer_1 and layer_2 is 1.5x slower: the per-rank means
+    # of those layers grow; two ranks are too few samples for significance, and it says so
+    layers = {r["layer"]: r for r in result["layers"]}
+    assert layers["layer_1"]["change_pct"] > 10 and layers["layer_2"]["change_pct"] > 10
+    assert abs(layers["layer_0"]["change_pct"]) < 1
+
+
+def test_operators_on_one_side_only():
+    def rep(ops):
+        return {
+            "inputs": [], "ranks": [{"step_time_ns": 10}],
+            "critical_path": {"length_ns": 10, "by_category_ns": {}},
+            "durations": {"by_layer": [], "by_op": ops},
+        }  # fmt: skip
+
+    op = {"op": "x", "kind": "compute", "count": 4, "total_ns": 40, "mean_ns": 10.0, "std_ns": 1.0}
+    result = diff_reports(rep([op]), rep([{**op, "op": "y"}]))
+    rows = {r["op"]: r for r in result["ops"]}
+    assert rows["x"]["b_mean_ns"] is None and rows["x"]["change_total_ns"] == -40
+    assert rows["y"]["a_count"] == 0 and rows["y"]["p_value"] is None
+    assert result["step"]["p_value"] is None  # one rank: no test
+    assert "-" in render_diff_text(result)
+
+
+def test_correlate_a_prediction(reports):
+    measured, predicted = reports("clean0"), reports("straggler")
+    result = correlate(measured, predicted, top=3)
+    assert result["ops_matched"] == len(measured["durations"]["by_op"])
+    assert result["step"]["error_pct"] == pytest.approx(21.34, abs=0.01)
+    assert 0.98 < result["pearson_r"] < 0.99
+    assert result["pearson_r_log"] > result["pearson_r"]
+    worst = result["worst"][0]
+    assert worst["op"] == "dot.73" and worst["error_pct"] == pytest.approx(25.3, abs=0.1)
+    assert worst["total_error_ns"] == pytest.approx(
+        2 * (worst["predicted_mean_ns"] - worst["measured_mean_ns"])
+    )
+    assert len(result["worst"]) == 3
+    assert correlate(measured, measured)["weighted_mape_pct"] == 0.0
+
+
+def test_renderers(reports):
+    result = diff_reports(reports("clean0"), reports("slow_dma"), top=3)
+    text = render_diff_text(result)
+    assert "  step time  6.682 ms  7.719 ms  +1.037 ms  +15.5%" in text
+    assert "layer_1.weight  1.333 µs  3.299 µs  +147.5%     +2.265 ms  <1e-4          yes" in text
+    md = render_diff_markdown(result)
+    assert md.startswith("## tracediag diff\n")
+    assert "| dma_transfer | 383.8 µs (5.7%) | 1.9 ms (24.6%) | +1.516 ms |" in md
+
+
+# ---- the command line -------------------------------------------------------------------------
+
+
+def test_diff_command_on_traces_and_saved_reports(cli, run_dirs, tmp_path):
+    code, _, _ = cli("report", run_dirs["clean0"], "--format", "json", "-o", "a.json", "-q")
+    assert code == 0
+    code, out, err = cli("diff", "a.json", run_dirs["slow_dma"], "--format", "json", "--top", "2")
+    assert code == 0
+    assert "reading the saved report a.json" in err
+    data = orjson.loads(out)
+    assert data["a"] == [str(run_dirs["clean0"])] and data["b"] == [str(run_dirs["slow_dma"])]
+    assert data["ops"][0]["op"] == "layer_1.weight" and len(data["ops"]) == 2
+    code, out, _ = cli("diff", "a.json", "a.json", "--predicted", "-q")
+    assert code == 0 and "correlation of mean durations (r)" in out
+
+
+def test_diff_usage_errors(cli, probes):
+    assert cli("diff", "a")[2] == "tracediag: error: diff takes two runs, A and B (1 given)\n"
+    assert cli("diff", "a", "b", "--top", "-1")[2] == "tracediag: error: --top must be 0 or more\n"
+
+
+def test_saved_report_errors(cli, tmp_path):
+    (tmp_path / "r.json").write_text('{"schema": "tracediag.report/1", "findings": []}')
+    code, _, err = cli("diff", "r.json", "r.json", "-q")
+    assert code == 2
+    assert err == "tracediag: error: r.json: tracediag report lacks its 'critical_path' section\n"

@@ -1,0 +1,432 @@
+"""CI outputs of ``tracediag check``: JUnit XML, SARIF 2.1.0, GitHub annotations, JSON.
+
+The SARIF 2.1.0 JSON schema is not installed here (no package ships it and there is no
+network), so ``assert_sarif`` checks the schema's requirements field by field for every object
+tracediag writes: required properties, enumerations, types, and no property the schema does
+not define (its objects forbid additional properties).
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+
+import orjson
+import pytest
+
+from tests import gate_runs
+from tracediag.findings import Severity
+from tracediag.fingerprint import fingerprints, identity
+from tracediag.gate import evaluate_gate
+from tracediag.report.check_formats import CHECK_FORMATS, render_check
+from tracediag.report.github import annotation, escape_data, escape_property
+from tracediag.units import fmt_ns
+
+# the shared fixtures (see tests/gate_runs.py)
+cli = gate_runs.cli
+probes = gate_runs.probes
+reports = gate_runs.reports
+run_dirs = gate_runs.run_dirs
+
+
+def _checked(report: dict, fail_on=Severity.ERROR, **kw) -> dict:
+    report["gate"] = evaluate_gate(report, fail_on, **kw)
+    return report
+
+
+# ---- JUnit ------------------------------------------------------------------------------------
+
+TESTCASE_CHILDREN = {"failure", "error", "skipped", "system-out", "system-err"}
+
+
+def assert_junit(xml: str) -> ET.Element:
+    """The JUnit structure GitLab and Jenkins read (the common junit-10.xsd): ``testsuites`` of
+    ``testsuite``s of ``testcase``s, counts that add up, at most one failure per testcase."""
+    root = ET.fromstring(xml)
+    assert root.tag == "testsuites"
+    total = failed = 0
+    for suite in root:
+        assert suite.tag == "testsuite"
+        assert suite.get("name")
+        cases = suite.findall("testcase")
+        assert {c.tag for c in suite} <= {"testcase", "properties", "system-out", "system-err"}
+        assert int(suite.get("tests")) == len(cases) > 0
+        failures = sum(1 for c in cases if c.find("failure") is not None)
+        assert int(suite.get("failures")) == failures
+        assert int(suite.get("errors")) == 0 and int(suite.get("skipped")) == 0
+        float(suite.get("time"))
+        names = [(c.get("classname"), c.get("name")) for c in cases]
+        assert len(set(names)) == len(names), "one testcase per rule and scope"
+        for case in cases:
+            assert case.get("name") and case.get("classname")
+            float(case.get("time"))
+            assert {c.tag for c in case} <= TESTCASE_CHILDREN
+            assert len(case.findall("failure")) <= 1
+            for f in case.findall("failure"):
+                assert f.get("message") and f.get("type") and f.text
+        total, failed = total + len(cases), failed + failures
+    assert (int(root.get("tests")), int(root.get("failures"))) == (total, failed)
+    return root
+
+
+def test_junit_one_testcase_per_rule_and_scope(reports):
+    report = _checked(reports("slow_dma"))
+    root = assert_junit(render_check(report, "junit"))
+    cases = {c.get("name"): c for c in root.iter("testcase")}
+    dma = cases["DMA101 dma-wait-on-critical-path [ranks 0-1]"]
+    finding = next(f for f in report["findings"] if f["code"] == "DMA101")
+    failure = dma.find("failure")
+    assert failure.get("type") == "DMA101"
+    assert failure.get("message") == f"DMA101 error: {finding['title']}"
+    assert finding["message"] in failure.text
+    assert f"what-if saving: {fmt_ns(finding['saving_ns'])}" in failure.text
+    assert f"impact on the critical path: {fmt_ns(finding['impact_ns'])}" in failure.text
+    assert '"dma_transfer_ns":' in failure.text  # the evidence figures
+    assert dma.get("file") == str(report["inputs"][0]["path"])
+    # CMP301 fires on both ranks: one testcase per scope, passing (info) with the text
+    assert "CMP301 compute-underutilization [rank 0]" in cases
+    assert cases["CMP301 compute-underutilization [rank 1]"].find("system-out") is not None
+    # every rule that ran is a testcase; those that found nothing pass with scope "job"
+    codes = {c.get("classname").rsplit(".", 1)[1] for c in root.iter("testcase")}
+    assert codes == set(report["config"]["rules_run"])
+    assert cases["HST401 host-bound-gaps [job]"].find("failure") is None
+    assert int(root.get("failures")) == 1
+
+
+def test_junit_carries_budgets_and_baseline_suites(reports):
+    from tracediag.baseline import compare, make_baseline
+    from tracediag.budgets import parse_budgets
+
+    base = make_baseline([("clean0", reports("clean0"))])
+    report = reports("slow_dma")
+    report = _checked(
+        report,
+        budgets=parse_budgets({"max-step-time-ms": 7.0, "min-mfu-pct": 50}),
+        comparison=compare(report, base),
+    )
+    root = assert_junit(render_check(report, "junit"))
+    suites = {s.get("name"): s for s in root}
+    budgets = {c.get("name"): c for c in suites["tracediag.budgets"]}
+    assert "exceeds budget max-step-time-ms = 7" in budgets["max-step-time-ms"].find("failure").get(
+        "message"
+    )
+    assert budgets["min-mfu-pct"].find("failure") is None
+    metrics = {c.get("name"): c for c in suites["tracediag.baseline"]}
+    assert metrics["step-time-ns"].find("failure") is not None
+    assert metrics["collective-skew-ns"].find("failure") is None
+
+
+def test_junit_is_valid_xml_with_control_characters():
+    from tracediag.report.junit import _clean
+
+    assert _clean("a\x1bb\x00") == "a\ufffdb\ufffd"
+
+
+# ---- SARIF ------------------------------------------------------------------------------------
+
+LEVELS = {"none", "note", "warning", "error"}
+ALLOWED = {
+    "log": {"$schema", "version", "runs", "inlineExternalProperties", "properties"},
+    "run": {
+        "tool", "invocations", "conversion", "language", "versionControlProvenance",
+        "originalUriBaseIds", "artifacts", "logicalLocations", "graphs", "results",
+        "automationDetails", "runAggregates", "baselineGuid", "redactionTokens",
+        "defaultEncoding", "defaultSourceLanguage", "newlineSequences", "columnKind",
+        "externalPropertyFileReferences", "threadFlowLocations", "taxonomies", "addresses",
+        "translations", "policies", "webRequests", "webResponses", "specialLocations",
+        "properties",
+    },
+    "toolComponent": {
+        "guid", "name", "organization", "product", "productSuite", "shortDescription",
+        "fullDescription", "fullName", "version", "semanticVersion", "dottedQuadFileVersion",
+        "releaseDateUtc", "downloadUri", "informationUri", "globalMessageStrings",
+        "notifications", "rules", "taxa", "locations", "language", "contents",
+        "isComprehensive", "localizedDataSemanticVersion", "minimumRequiredLocalizedDataSemanticVersion",
+        "associatedComponent", "translationMetadata", "supportedTaxonomies", "properties",
+    },
+    "reportingDescriptor": {
+        "id", "deprecatedIds", "guid", "deprecatedGuids", "name", "deprecatedNames",
+        "shortDescription", "fullDescription", "messageStrings", "defaultConfiguration",
+        "helpUri", "help", "relationships", "properties",
+    },
+    "multiformatMessageString": {"text", "markdown", "properties"},
+    "message": {"text", "markdown", "id", "arguments", "properties"},
+    "reportingConfiguration": {"enabled", "level", "rank", "parameters", "properties"},
+    "result": {
+        "ruleId", "ruleIndex", "rule", "kind", "level", "message", "analysisTarget",
+        "locations", "guid", "correlationGuid", "occurrenceCount", "partialFingerprints",
+        "fingerprints", "stacks", "codeFlows", "graphs", "graphTraversals", "relatedLocations",
+        "suppressions", "baselineState", "rank", "attachments", "hostedViewerUri", "workItemUris",
+        "provenance", "fixes", "taxa", "webRequest", "webResponse", "properties",
+    },
+    "location": {
+        "id", "physicalLocation", "logicalLocations", "message", "annotations", "relationships",
+        "properties",
+    },
+    "physicalLocation": {"address", "artifactLocation", "region", "contextRegion", "properties"},
+    "artifactLocation": {"uri", "uriBaseId", "index", "description", "properties"},
+    "region": {
+        "startLine", "startColumn", "endLine", "endColumn", "charOffset", "charLength",
+        "byteOffset", "byteLength", "snippet", "message", "sourceLanguage", "properties",
+    },
+    "logicalLocation": {
+        "name", "index", "fullyQualifiedName", "decoratedName", "parentIndex", "kind",
+        "properties",
+    },
+    "artifact": {
+        "description", "location", "parentIndex", "offset", "length", "roles", "mimeType",
+        "contents", "encoding", "sourceLanguage", "hashes", "lastModifiedTimeUtc", "properties",
+    },
+    "invocation": {
+        "commandLine", "arguments", "responseFiles", "startTimeUtc", "endTimeUtc", "exitCode",
+        "ruleConfigurationOverrides", "notificationConfigurationOverrides",
+        "toolExecutionNotifications", "toolConfigurationNotifications", "exitCodeDescription",
+        "exitSignalName", "exitSignalNumber", "processStartFailureMessage",
+        "executionSuccessful", "machine", "account", "processId", "executableLocation",
+        "workingDirectory", "environmentVariables", "stdin", "stdout", "stderr",
+        "stdoutStderr", "properties",
+    },
+}  # fmt: skip
+
+
+def _obj(value, kind: str, required=()) -> dict:
+    assert isinstance(value, dict), kind
+    assert set(value) <= ALLOWED[kind], (kind, set(value) - ALLOWED[kind])
+    for key in required:
+        assert key in value, (kind, key)
+    if "properties" in value:
+        assert isinstance(value["properties"], dict)
+    return value
+
+
+def _text(value, kind="multiformatMessageString") -> None:
+    _obj(value, kind)
+    assert isinstance(value.get("text"), str) and value["text"]
+
+
+def assert_sarif(log: dict) -> None:
+    """The SARIF 2.1.0 schema's constraints on every object tracediag writes."""
+    _obj(log, "log", ("version", "runs"))
+    assert log["version"] == "2.1.0"
+    assert isinstance(log["$schema"], str) and log["$schema"].startswith("https://")
+    for run in log["runs"]:
+        _obj(run, "run", ("tool",))
+        driver = _obj(run["tool"]["driver"], "toolComponent", ("name",))
+        assert set(run["tool"]) <= {"driver", "extensions", "properties"}
+        rules = driver["rules"]
+        ids = [r["id"] for r in rules]
+        assert len(set(ids)) == len(ids)
+        for rule in rules:
+            _obj(rule, "reportingDescriptor", ("id",))
+            for key in ("shortDescription", "fullDescription", "help"):
+                if key in rule:
+                    _text(rule[key])
+            if "defaultConfiguration" in rule:
+                conf = _obj(rule["defaultConfiguration"], "reportingConfiguration")
+                assert conf["level"] in LEVELS
+        artifacts = run.get("artifacts", [])
+        for art in artifacts:
+            _obj(art, "artifact")
+            _obj(art["location"], "artifactLocation", ("uri",))
+        for inv in run.get("invocations", []):
+            _obj(inv, "invocation", ("executionSuccessful",))
+            assert isinstance(inv["executionSuccessful"], bool)
+        for result in run["results"]:
+            _obj(result, "result", ("message",))
+            _text(result["message"], "message")
+            assert result["level"] in LEVELS
+            assert isinstance(result["ruleIndex"], int) and result["ruleIndex"] >= 0
+            assert rules[result["ruleIndex"]]["id"] == result["ruleId"]
+            assert all(isinstance(v, str) for v in result["partialFingerprints"].values())
+            assert result.get("baselineState", "new") in {"new", "unchanged", "updated", "absent"}
+            for loc in result["locations"]:
+                _obj(loc, "location")
+                phys = _obj(loc["physicalLocation"], "physicalLocation")
+                art = _obj(phys["artifactLocation"], "artifactLocation", ("uri",))
+                assert artifacts[art["index"]]["location"]["uri"] == art["uri"]
+                region = _obj(phys["region"], "region")
+                assert isinstance(region["startLine"], int) and region["startLine"] >= 1
+                for logical in loc["logicalLocations"]:
+                    _obj(logical, "logicalLocation")
+
+
+def test_sarif_has_rule_help_fingerprints_and_the_trace(reports):
+    report = _checked(reports("slow_dma"))
+    log = orjson.loads(render_check(report, "sarif"))
+    assert_sarif(log)
+    run = log["runs"][0]
+    rules = {r["id"]: r for r in run["tool"]["driver"]["rules"]}
+    assert set(rules) == set(report["config"]["rules_run"])
+    assert rules["DMA101"]["help"]["text"].startswith("# DMA101 dma-wait-on-critical-path")
+    assert "## How to fix" in rules["DMA101"]["help"]["markdown"]
+    assert rules["CMP301"]["defaultConfiguration"]["level"] == "note"
+    levels = [(r["ruleId"], r["level"]) for r in run["results"]]
+    assert levels == [
+        (f["code"], {"info": "note"}.get(f["severity"], f["severity"])) for f in report["findings"]
+    ]
+    uri = run["artifacts"][0]["location"]["uri"]
+    assert uri == "file://" + str(report["inputs"][0]["path"])
+    fps = [r["partialFingerprints"]["tracediag/v1"] for r in run["results"]]
+    assert fps == fingerprints(report["findings"]) and len(set(fps)) == len(fps)
+    dma = run["results"][0]
+    assert dma["properties"]["fails_gate"] is True
+    assert dma["properties"]["saving_ns"] == report["findings"][0]["saving_ns"]
+
+
+def test_sarif_lists_gate_failures_and_baseline_state(reports):
+    from tracediag.baseline import compare, make_baseline
+    from tracediag.budgets import parse_budgets
+
+    base = make_baseline([("clean0", reports("clean0")), ("clean1", reports("clean1"))])
+    report = reports("straggler")
+    report = _checked(
+        report,
+        budgets=parse_budgets({"max-collective-skew-pct": 2}),
+        comparison=compare(report, base),
+    )
+    log = orjson.loads(render_check(report, "sarif"))
+    assert_sarif(log)
+    results = log["runs"][0]["results"]
+    states = {r["ruleId"]: r.get("baselineState") for r in results}
+    assert states["COL201"] == "new"
+    assert states["COL202"] == "unchanged"  # rank 1's exposed AllReduce is in both clean runs
+    gate_ids = [r["ruleId"] for r in results if "/" in r["ruleId"]]
+    assert gate_ids == [
+        "budget/max-collective-skew-pct",
+        "regression/step-time-ns",
+        "regression/collective-skew-ns",
+        "regression/mfu-pct",
+    ]
+
+
+def test_relative_trace_paths_stay_relative():
+    from tracediag.report.sarif import artifact_uri
+
+    assert artifact_uri("traces/run 1/rank_0.json") == "traces/run%201/rank_0.json"
+    assert artifact_uri("/abs/t.json") == "file:///abs/t.json"
+
+
+# ---- fingerprints -----------------------------------------------------------------------------
+
+
+def test_the_same_finding_has_the_same_fingerprint_across_runs(reports):
+    a, b = reports("clean0"), reports("clean1")
+    col_a = next(f for f in a["findings"] if f["code"] == "COL202")
+    col_b = next(f for f in b["findings"] if f["code"] == "COL202")
+    assert col_a["end_ns"] - col_a["start_ns"] != col_b["end_ns"] - col_b["start_ns"] or (
+        col_a["start_ns"] != col_b["start_ns"]
+    )
+    assert fingerprints([col_a]) == fingerprints([col_b])
+    dma_a = next(f for f in a["findings"] if f["code"] == "DMA101")
+    dma_b = next(f for f in b["findings"] if f["code"] == "DMA101")
+    assert dma_a["ranks"] != dma_b["ranks"]  # rank 0 in one rerun, rank 1 in the other
+    assert fingerprints([dma_a]) != fingerprints([dma_b])
+
+
+def test_fingerprint_ignores_times_figures_and_layer_order():
+    f = {"code": "COL201", "ranks": [1], "track": "tensor", "layer": "layer_2, layer_1", "op": "AllReduce",
+         "start_ns": 5, "saving_ns": 10, "message": "x", "severity": "error"}  # fmt: skip
+    g = {
+        **f,
+        "layer": "layer_1, layer_2",
+        "start_ns": 99,
+        "saving_ns": 1,
+        "message": "y",
+        "severity": "info",
+    }
+    assert identity(f) == identity(g)
+    assert fingerprints([f]) == fingerprints([g])
+    assert fingerprints([{**f, "ranks": [0]}]) != fingerprints([f])
+    one, two = fingerprints([f, g])
+    assert two == f"{one}:2"
+    assert re.fullmatch(r"[0-9a-f]{32}", one)
+
+
+# ---- GitHub annotations -------------------------------------------------------------------------
+
+
+def test_github_annotations(reports):
+    report = _checked(reports("slow_dma"))
+    lines = render_check(report, "github").splitlines()
+    pattern = re.compile(r"^::(error|warning|notice) (file=[^,:]+,)?title=[^,:]+::[^\r\n]+$")
+    assert all(pattern.match(line) for line in lines), lines
+    assert lines[0].startswith(f"::error file={report['inputs'][0]['path']},title=DMA101 ")
+    assert "24.64%25 of the step" in lines[0]
+    assert [line.split(" ", 1)[0] for line in lines[1:-1]] == ["::notice"] * (len(lines) - 2)
+    assert lines[-1] == "::error title=tracediag::check failed: 1 finding at or above error"
+
+
+def test_github_escaping():
+    assert escape_data("50% a\nb\r") == "50%25 a%0Ab%0D"
+    assert escape_property("a:b,c") == "a%3Ab%2Cc"
+    assert (
+        annotation("warning", "T, x", "m\nn", "p:1") == "::warning file=p%3A1,title=T%2C x::m%0An"
+    )
+
+
+# ---- the command line -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", CHECK_FORMATS)
+def test_every_check_format_writes_its_file(cli, probes, tmp_path, fmt):
+    out = tmp_path / f"out.{fmt}"
+    code, stdout, err = cli("check", "a", "--fail-on", "warning", "--format", fmt, "-o", out)
+    assert (code, stdout) == (1, "")
+    assert err.splitlines()[-1] == "tracediag: check failed: 1 finding at or above warning"
+    text = out.read_text()
+    if fmt == "junit":
+        root = assert_junit(text)
+        assert root.get("failures") == "1"
+        case = next(root.iter("testcase"))
+        assert case.get("name") == "COL990 skew-probe [rank 1]" and case.get("file") == "b"
+    elif fmt == "sarif":
+        log = orjson.loads(text)
+        assert_sarif(log)
+        assert [
+            r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+            for r in log["runs"][0]["results"]
+        ] == ["b", "b"]
+    elif fmt == "json":
+        data = orjson.loads(text)
+        assert data["schema"] == "tracediag.report/1"
+        assert data["gate"]["passed"] is False
+        assert data["gate"]["failing"] == [True, False]
+    elif fmt == "github":
+        assert text.startswith(
+            "::error file=b,title=COL990 Probe | skew on the critical path [rank 1]::rank 1 arrives late\n"
+        )
+    else:
+        assert "check failed: 1 finding at or above warning" in text
+
+
+def test_exit_zero_and_passing_gate(cli, probes):
+    assert (
+        cli("check", "a", "--fail-on", "warning", "--format", "junit", "--exit-zero", "-q")[0] == 0
+    )
+    code, out, _ = cli("check", "a", "--format", "github", "-q")
+    assert code == 0
+    assert out.splitlines()[0].startswith("::warning file=b,title=COL990")  # below the gate
+    assert (
+        out.splitlines()[-1]
+        == "::notice title=tracediag::check passed: no finding at or above error"
+    )
+
+
+def test_the_ci_formats_need_the_gate(reports):
+    from tracediag.report.junit import render_junit
+
+    with pytest.raises(KeyError, match="gate"):
+        render_junit(reports("clean0"))
+
+
+def test_check_on_a_generated_trace(cli, run_dirs, tmp_path):
+    code, _, err = cli(
+        "check", run_dirs["slow_dma"], "--format", "sarif", "-o", tmp_path / "s.sarif", "-q"
+    )
+    assert code == 1 and err == ""
+    assert_sarif(orjson.loads((tmp_path / "s.sarif").read_text()))
+    assert (
+        cli("check", run_dirs["clean0"], "--format", "junit", "-o", tmp_path / "j.xml", "-q")[0]
+        == 0
+    )
+    assert assert_junit((tmp_path / "j.xml").read_text()).get("failures") == "0"

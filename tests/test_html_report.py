@@ -1,0 +1,132 @@
+"""The HTML report: one self-contained page with its pictures (checked by parsing the page and
+its SVG; no browser is installed here to look at a screenshot)."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+
+from tests import gate_runs
+from tracediag.history import load_history, record
+from tracediag.report.html import render_html
+from tracediag.trend import trend
+
+# the shared fixtures (see tests/gate_runs.py)
+cli, reports, run_dirs = gate_runs.cli, gate_runs.reports, gate_runs.run_dirs
+
+VOID = {"meta", "br", "img", "input", "link", "hr", "circle", "line", "rect", "polyline"}
+
+
+class _Page(HTMLParser):
+    """Collects elements with their attributes and checks that every tag is closed in order."""
+
+    def __init__(self):
+        super().__init__()
+        self.stack: list[str] = []
+        self.elements: list[tuple[str, dict]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.elements.append((tag, dict(attrs)))
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag, attrs):
+        self.elements.append((tag, dict(attrs)))
+
+    def handle_endtag(self, tag):
+        if tag in VOID:
+            return
+        assert self.stack and self.stack[-1] == tag, (self.stack[-3:], tag)
+        self.stack.pop()
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def parse(page: str) -> _Page:
+    p = _Page()
+    p.feed(page)
+    p.close()
+    assert p.stack == [], p.stack
+    return p
+
+
+def test_the_page_is_self_contained_and_well_formed(reports):
+    page = render_html(reports("straggler"))
+    p = parse(page)
+    assert page.startswith("<!DOCTYPE html>")
+    tags = {t for t, _ in p.elements}
+    assert not tags & {"script", "link", "img", "iframe", "object"}
+    assert not re.search(r"(src|href)\s*=|url\(|@import", page)
+    assert sum(1 for t, _ in p.elements if t == "svg") == 3  # path, ranks, timeline
+
+
+def test_critical_path_bar_is_to_scale(reports):
+    report = reports("straggler")
+    p = parse(render_html(report))
+    cp = report["critical_path"]
+    bars = [
+        a for t, a in p.elements if t == "rect" and a.get("y") == "0" and a.get("height") == "36"
+    ]
+    nonzero = [c for c, ns in cp["by_category_ns"].items() if ns]
+    assert len(bars) == len(nonzero)
+    widths = [float(a["width"]) for a in bars]
+    assert sum(widths) == pytest.approx(860, abs=0.05)
+    skew = nonzero.index("collective_skew")
+    assert widths[skew] == pytest.approx(860 * 1425756 / cp["length_ns"], abs=0.01)
+
+
+def test_rank_heatmap_marks_the_slow_rank(reports):
+    report = reports("straggler")
+    p = parse(render_html(report))
+    cells = [a for t, a in p.elements if t == "rect" and a.get("width") == "108"]
+    assert len(cells) == 2 * 6  # two ranks, six columns
+    step_cells = [c["fill"] for c in cells[::6]]
+    steps = [r["step_time_ns"] for r in report["ranks"]]
+    worst = int(np.argmax(steps))
+    assert step_cells[worst] == "rgb(255,95,95)" and step_cells[1 - worst] == "rgb(255,255,255)"
+
+
+def test_timeline_shades_the_worst_window(reports):
+    report = reports("straggler")
+    page = render_html(report)
+    worst = report["findings"][0]
+    assert worst["code"] == "COL201"
+    assert "The worst window (largest saving: COL201," in page
+    p = parse(page)
+    shade = [a for t, a in p.elements if t == "rect" and a.get("fill") == "#FFF3C4"]
+    assert len(shade) == 1
+    span = report["critical_path"]["end_ns"] - report["critical_path"]["start_ns"]
+    expected = 630 * (worst["end_ns"] - worst["start_ns"]) / span  # plot width 860 - 220 - 10
+    assert float(shade[0]["width"]) == pytest.approx(expected, abs=0.1)
+    lanes = [a for t, a in p.elements if t == "rect" and a.get("height") == "16"]
+    assert len(lanes) == len([f for f in report["findings"] if f["start_ns"] or f["end_ns"]])
+
+
+def test_trend_chart_from_history(reports, tmp_path, cli, run_dirs):
+    db = tmp_path / "h.db"
+    base = reports("clean0")
+    rng = np.random.default_rng(2)
+    for s in np.r_[6.68e6 + rng.normal(0, 3e3, 6), 7.2e6 + rng.normal(0, 3e3, 6)]:
+        r = {**base, "critical_path": {**base["critical_path"], "length_ns": int(s)}}
+        record(db, r)
+    page = render_html(base, trend(*load_history(db), ["step-time-ns"]))
+    p = parse(page)
+    assert "change at run 7: 6.6" in page and "(regression, p = 0.00" in page
+    dashed = [a for t, a in p.elements if t == "line" and a.get("stroke-dasharray")]
+    assert len(dashed) == 1
+    points = [a for t, a in p.elements if t == "circle"]
+    assert len(points) == 12
+    code, _, _ = cli(
+        "report", run_dirs["clean0"], "--format", "html", "--history", db, "-o", "r.html", "-q"
+    )
+    assert code == 0
+    assert "<h2>Trend</h2>" in (tmp_path / "r.html").read_text()
+    assert (
+        cli("report", "x", "--history", db)[2]
+        == "tracediag: error: --history needs --format html\n"
+    )

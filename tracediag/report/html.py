@@ -1,0 +1,212 @@
+"""The HTML report: one self-contained file (inline CSS and SVG, no script, nothing fetched)
+with pictures where people would rather look than read: the critical path by category, a
+per-rank heatmap, the findings on a timeline with the worst window shaded, and a trend chart
+when a history is given."""
+
+from __future__ import annotations
+
+from html import escape
+from statistics import median
+
+from tracediag.report.labels import rank_list, ranks_label, severity_counts, window
+from tracediag.report.svg import (
+    CATEGORY_COLORS,
+    SEVERITY_COLORS,
+    heatmap,
+    line_chart,
+    stacked_bar,
+    timeline,
+)
+from tracediag.units import fmt_ns
+
+STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:940px;
+color:#222;line-height:1.4}
+h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;font-size:13px}td,th{padding:3px 10px;border-bottom:1px solid #eee;
+text-align:left}th{background:#f5f5f5}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.sev{color:#fff;border-radius:3px;padding:1px 6px;font-size:12px}
+.error{background:#C62828}.warning{background:#EF6C00}.info{background:#1565C0}
+.pass{color:#2E7D32;font-weight:600}.fail{color:#C62828;font-weight:600}
+details{margin:6px 0}summary{cursor:pointer}.muted{color:#666;font-size:12px}
+"""
+
+#: Findings drawn on the timeline (the rest are in the table).
+MAX_LANES = 15
+
+
+def _summary(report: dict) -> str:
+    cp, s = report["critical_path"], report["summary"]
+    rows = [
+        ("Inputs", ", ".join(escape(i["path"]) for i in report["inputs"]) or "-"),
+        ("Ranks", escape(rank_list([r["rank"] for r in report["ranks"]]))),
+        ("Critical path (step)", fmt_ns(cp["length_ns"])),
+        ("Findings", f"{s['findings']} ({escape(severity_counts(s))})"),
+        ("Upper bound on the total saving", fmt_ns(s["total_saving_ns_upper_bound"])),
+    ]
+    gate = report.get("gate")
+    if gate:
+        from tracediag.gate import verdict_line
+
+        css = "pass" if gate["passed"] else "fail"
+        rows.append(("Gate", f'<span class="{css}">{escape(verdict_line(gate))}</span>'))
+    return "<table>" + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows) + "</table>"
+
+
+def _critical_path(report: dict) -> str:
+    cp = report["critical_path"]
+    total = cp["length_ns"]
+    parts = [
+        (
+            f"{c} {fmt_ns(ns)} ({100.0 * ns / total:.1f}%)" if total else c,
+            ns,
+            CATEGORY_COLORS.get(c, "#777"),
+        )
+        for c, ns in cp["by_category_ns"].items()
+    ]
+    engines = ", ".join(
+        f"{escape(e)} {fmt_ns(ns)}"
+        for e, ns in sorted(cp["compute_by_engine_ns"].items(), key=lambda kv: -kv[1])
+    )
+    return (
+        "<h2>Critical path by category</h2>"
+        + stacked_bar(parts, total)
+        + (f'<p class="muted">compute by engine: {engines}</p>' if engines else "")
+    )
+
+
+def _rank_heatmap(report: dict) -> str:
+    ranks = report["ranks"]
+    if not ranks:
+        return ""
+    columns = ["step time", "compute", "communication", "memory", "idle", "MFU"]
+    # each cell is shaded by how much worse than the median rank it is, relative to the worst
+    worse_if_higher = {"step time": True, "compute": False, "communication": True,
+                       "memory": True, "idle": True, "MFU": False}  # fmt: skip
+
+    def value(r: dict, col: str):
+        if col == "step time":
+            return r["step_time_ns"]
+        if col == "MFU":
+            return r.get("mfu_pct")
+        return r["breakdown_pct"].get(col)
+
+    scale = {}
+    for col in columns:
+        vals = [v for r in ranks if (v := value(r, col)) is not None]
+        mid = median(vals) if vals else 0.0
+        sign = 1 if worse_if_higher[col] else -1
+        worst = max((sign * (v - mid) for v in vals), default=0.0)
+        scale[col] = (mid, sign, worst)
+    cells = []
+    for r in ranks:
+        line = []
+        for col in columns:
+            v = value(r, col)
+            if v is None:
+                line.append(("-", 0.0))
+                continue
+            mid, sign, worst = scale[col]
+            text = fmt_ns(v) if col == "step time" else f"{v:.1f}%"
+            line.append((text, sign * (v - mid) / worst if worst > 0 else 0.0))
+        cells.append(line)
+    return (
+        "<h2>Ranks</h2>"
+        '<p class="muted">Each cell is shaded by how much worse than the median rank it is '
+        "(white: at or better than the median; red: the worst rank of the column).</p>"
+        + heatmap([f"rank {r['rank']}" for r in ranks], columns, cells)
+    )
+
+
+def _timeline(report: dict) -> str:
+    cp = report["critical_path"]
+    timed = [f for f in report["findings"] if f["start_ns"] or f["end_ns"]][:MAX_LANES]
+    if not timed:
+        return ""
+    lanes = [
+        (f"{f['code']} {ranks_label(f['ranks']) if f['ranks'] else 'job'}", f["start_ns"], f["end_ns"],
+         SEVERITY_COLORS.get(f["severity"], "#777"))
+        for f in timed
+    ]  # fmt: skip
+    worst = timed[0]
+    return (
+        "<h2>Findings on the critical path's timeline</h2>"
+        f'<p class="muted">The worst window (largest saving: {escape(worst["code"])}, '
+        f"{escape(window(worst, cp['start_ns']))}) is shaded.</p>"
+        + timeline(
+            cp["start_ns"], cp["end_ns"], lanes, (worst["start_ns"], worst["end_ns"]), fmt_ns
+        )
+    )
+
+
+def _findings(report: dict) -> str:
+    if not report["findings"]:
+        return "<h2>Findings</h2><p>No findings.</p>"
+    out = ["<h2>Findings</h2>"]
+    for f in report["findings"]:
+        where = ", ".join(
+            [ranks_label(f["ranks"]) if f["ranks"] else "job"]
+            + [f"{k} {f[k]}" for k in ("engine", "track", "layer", "op") if f.get(k)]
+        )
+        out.append(
+            f'<details><summary><span class="sev {escape(f["severity"])}">{escape(f["severity"])}'
+            f"</span> <b>{escape(f['code'])}</b> {escape(f['title'])} - saving "
+            f"{fmt_ns(f['saving_ns'])} ({escape(where)})</summary>"
+            f"<p>{escape(f['message'])}</p><p><i>Fix:</i> {escape(f['suggestion'])}</p>"
+            f'<p class="muted">impact {fmt_ns(f["impact_ns"])} ({f["impact_pct"]:.2f}% of the path); '
+            f"window {escape(window(f, report['critical_path']['start_ns']) or '-')}</p></details>"
+        )
+    return "".join(out)
+
+
+def _trend(trend: dict | None) -> str:
+    if not trend:
+        return ""
+    from tracediag.metrics import CATALOG, format_value
+
+    out = ["<h2>Trend</h2>"]
+    for m in trend["metrics"]:
+        if len(m["values"]) < 2:
+            continue
+        metric = CATALOG[m["metric"]]
+        marks = [m["run_ids"].index(cp["run_id"]) for cp in m["change_points"]]
+        out.append(f"<h3>{escape(metric.description)} ({escape(m['metric'])})</h3>")
+        out.append(
+            line_chart(
+                m["values"],
+                [f"run {i}" for i in m["run_ids"]],
+                marks,
+                lambda v, mt=metric: format_value(mt, v),
+            )
+        )
+        for cp in m["change_points"]:
+            word = "regression" if cp["regression"] else "improvement"
+            out.append(
+                f'<p class="muted">change at run {cp["run_id"]}: '
+                f"{escape(format_value(metric, cp['before_mean']))} to "
+                f"{escape(format_value(metric, cp['after_mean']))} ({word}, p = {cp['p_value']:.3g})</p>"
+            )
+    return "".join(out)
+
+
+def render_html(report: dict, trend: dict | None = None) -> str:
+    """The report (and, given, the trend of :func:`tracediag.trend.trend`) as one HTML page."""
+    tool = report.get("tool", {})
+    title = f"tracediag report: {fmt_ns(report['critical_path']['length_ns'])} critical path"
+    body = [
+        f"<h1>{escape(title)}</h1>",
+        f'<p class="muted">{escape(tool.get("name", "tracediag"))} {escape(str(tool.get("version", "")))}</p>',
+        _summary(report),
+        _critical_path(report),
+        _rank_heatmap(report),
+        _timeline(report),
+        _findings(report),
+        _trend(trend),
+    ]
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(title)}</title><style>{STYLE}</style></head><body>"
+        + "\n".join(b for b in body if b)
+        + "</body></html>\n"
+    )

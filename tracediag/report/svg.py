@@ -1,0 +1,170 @@
+"""Inline SVG charts for the HTML report: no script, no external file, readable offline."""
+
+from __future__ import annotations
+
+from html import escape
+
+#: One colour per critical-path category (colour-blind-friendly Okabe-Ito palette).
+CATEGORY_COLORS = {
+    "compute": "#0072B2",
+    "dma_transfer": "#E69F00",
+    "dma_wait": "#D55E00",
+    "collective_transfer": "#009E73",
+    "collective_skew": "#CC79A7",
+    "host": "#56B4E9",
+    "gap": "#999999",
+}
+SEVERITY_COLORS = {"error": "#C62828", "warning": "#EF6C00", "info": "#1565C0"}
+
+
+def _svg(width: int, height: int, body: list[str], label: str) -> str:
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(label)}">'
+        + "".join(body)
+        + "</svg>"
+    )
+
+
+def _text(
+    x: float, y: float, text: str, size: int = 12, anchor: str = "start", fill: str = "#222"
+) -> str:
+    return (
+        f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}" '
+        f'fill="{fill}">{escape(text)}</text>'
+    )
+
+
+def stacked_bar(parts: list[tuple[str, float, str]], total: float, width: int = 860) -> str:
+    """One horizontal bar split into ``(label, value, colour)`` parts, with a legend below."""
+    body = []
+    x = 0.0
+    for label, value, color in parts:
+        w = width * value / total if total else 0.0
+        if w > 0:
+            body.append(
+                f'<rect x="{x:.2f}" y="0" width="{w:.2f}" height="36" fill="{color}">'
+                f"<title>{escape(label)}</title></rect>"
+            )
+        x += w
+    y = 60
+    col = 0
+    for label, _value, color in parts:
+        lx = 10 + (col % 3) * (width // 3)
+        body.append(f'<rect x="{lx}" y="{y - 10}" width="12" height="12" fill="{color}"/>')
+        body.append(_text(lx + 18, y, label))
+        col += 1
+        if col % 3 == 0:
+            y += 20
+    height = y + (0 if col % 3 == 0 else 20)
+    return _svg(width, height, body, "critical path by category")
+
+
+def _heat(value: float) -> str:
+    """White (0) to red (1) for how far a cell is from the median rank."""
+    v = max(0.0, min(1.0, value))
+    g = int(255 - 160 * v)
+    return f"rgb(255,{g},{g})"
+
+
+def heatmap(
+    rows: list[str], columns: list[str], cells: list[list[tuple[str, float]]], cell_w: int = 110
+) -> str:
+    """A grid of ``(text, badness 0..1)`` cells: rows are ranks, columns metrics."""
+    row_h = 22 if len(rows) <= 64 else max(4, 1400 // len(rows))
+    left, top = 70, 24
+    body = [
+        _text(left + i * cell_w + cell_w / 2, 16, c, 12, "middle") for i, c in enumerate(columns)
+    ]
+    for r, (label, line) in enumerate(zip(rows, cells, strict=True)):
+        y = top + r * row_h
+        if row_h >= 12:
+            body.append(_text(left - 8, y + row_h * 0.7, label, 11, "end"))
+        for c, (text, badness) in enumerate(line):
+            x = left + c * cell_w
+            body.append(
+                f'<rect x="{x}" y="{y}" width="{cell_w - 2}" height="{row_h - 2}" '
+                f'fill="{_heat(badness)}"><title>{escape(label)}: {escape(columns[c])} {escape(text)}</title></rect>'
+            )
+            if row_h >= 12:
+                body.append(_text(x + cell_w / 2, y + row_h * 0.7, text, 11, "middle"))
+    return _svg(left + len(columns) * cell_w, top + len(rows) * row_h + 4, body, "per-rank heatmap")
+
+
+def timeline(
+    start: int, end: int, lanes: list[tuple[str, int, int, str]], shade: tuple[int, int] | None,
+    fmt, width: int = 860,
+) -> str:  # fmt: skip
+    """Bars ``(label, start, end, colour)`` on one time axis from ``start`` to ``end``, the
+    window ``shade`` highlighted; ``fmt`` formats a duration for the axis."""
+    left, lane_h, top = 220, 22, 10
+    span = max(end - start, 1)
+    plot = width - left - 10
+
+    def x(t: int) -> float:
+        return left + plot * (t - start) / span
+
+    body = []
+    height = top + len(lanes) * lane_h + 30
+    if shade:
+        body.append(
+            f'<rect x="{x(shade[0]):.1f}" y="0" width="{max(x(shade[1]) - x(shade[0]), 2):.1f}" '
+            f'height="{height - 24}" fill="#FFF3C4"/>'
+        )
+    for i, (label, s, e, color) in enumerate(lanes):
+        y = top + i * lane_h
+        body.append(_text(left - 8, y + 15, label[:34], 11, "end"))
+        body.append(
+            f'<rect x="{x(s):.1f}" y="{y + 3}" width="{max(x(e) - x(s), 2):.1f}" height="{lane_h - 6}" '
+            f'fill="{color}"><title>{escape(label)}</title></rect>'
+        )
+    axis_y = height - 22
+    body.append(f'<line x1="{left}" y1="{axis_y}" x2="{left + plot}" y2="{axis_y}" stroke="#555"/>')
+    for k in range(5):
+        t = start + span * k // 4
+        body.append(_text(x(t), axis_y + 16, fmt(t - start), 11, "middle"))
+    return _svg(width, height, body, "timeline")
+
+
+def line_chart(
+    values: list[float],
+    labels: list[str],
+    marks: list[int],
+    fmt,
+    width: int = 860,
+    height: int = 220,
+) -> str:
+    """A line over runs with dashed lines at the ``marks`` (indices of change points)."""
+    left, top, bottom = 80, 10, 30
+    n = len(values)
+    lo, hi = min(values), max(values)
+    pad = (hi - lo) * 0.1 or abs(hi) * 0.01 or 1.0
+    lo, hi = lo - pad, hi + pad
+    plot_w, plot_h = width - left - 10, height - top - bottom
+
+    def px(i: int) -> float:
+        return left + (plot_w * i / (n - 1) if n > 1 else plot_w / 2)
+
+    def py(v: float) -> float:
+        return top + plot_h * (hi - v) / (hi - lo)
+
+    body = [
+        f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#555"/>',
+        _text(left - 6, py(hi - pad) + 4, fmt(hi - pad), 11, "end"),
+        _text(left - 6, py(lo + pad) + 4, fmt(lo + pad), 11, "end"),
+    ]
+    for m in marks:
+        body.append(
+            f'<line x1="{px(m):.1f}" y1="{top}" x2="{px(m):.1f}" y2="{top + plot_h}" '
+            'stroke="#C62828" stroke-dasharray="5,4"/>'
+        )
+    points = " ".join(f"{px(i):.1f},{py(v):.1f}" for i, v in enumerate(values))
+    body.append(f'<polyline points="{points}" fill="none" stroke="#0072B2" stroke-width="2"/>')
+    for i, v in enumerate(values):
+        body.append(
+            f'<circle cx="{px(i):.1f}" cy="{py(v):.1f}" r="3" fill="#0072B2">'
+            f"<title>{escape(labels[i])}: {escape(fmt(v))}</title></circle>"
+        )
+    body.append(_text(left, height - 8, labels[0] if labels else "", 11))
+    body.append(_text(left + plot_w, height - 8, labels[-1] if labels else "", 11, "end"))
+    return _svg(width, height, body, "trend")
