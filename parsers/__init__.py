@@ -9,7 +9,14 @@
 
 from __future__ import annotations
 
-from tracediag.parsers import chrome_json, neuron_json, neuron_parquet
+from tracediag.parsers import (
+    chrome_json,
+    collective_timeline,
+    neuron_json,
+    neuron_parquet,
+    perfetto,
+    xplane,
+)
 
 #: Readers in the order they are tried; the first whose ``sniff`` accepts a path reads it.
-READERS = (neuron_parquet, neuron_json, chrome_json)
+READERS = (neuron_parquet, neuron_json, chrome_json, perfetto, xplane, collective_timeline)

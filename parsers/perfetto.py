@@ -1,0 +1,210 @@
+"""Reader of Perfetto protobuf traces (``.pftrace``, ``.perfetto-trace``, ``.pb``; gzip or not).
+
+The pipeline: :mod:`perfetto_stream` (the file as a stream of packets, framing errors with byte
+offsets), :mod:`perfetto_decode` (the one loop over packets: columns plus per-sequence interning
+and defaults), :mod:`perfetto_tracks` (Neuron device/system conventions, thread and other tracks,
+ranks), :mod:`perfetto_events` (clock conversion, begin/end pairing, annotations as fields, flows
+and ``inst_dep_ids`` as edges), then :func:`neuron_part.finish_part` per rank (unusable times
+dropped and counted, edges renumbered).
+
+A file is one rank (from its name, ``rank_3``, else 0) unless it is a Neuron system profile,
+whose ``gid<g>-...`` tracks give rank ``g``. Instants are markers; see :mod:`perfetto_tracks` for
+the kinds of slices.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tracediag import schema as S
+from tracediag.builder import (
+    TRACK_DEVICE,
+    TRACK_ENGINE,
+    TRACK_KIND_COL,
+    TRACK_LABEL,
+    RankPart,
+)
+from tracediag.errors import TraceInputError
+from tracediag.parsers import perfetto_events as E
+from tracediag.parsers.neuron_common import rank_from_name
+from tracediag.parsers.neuron_part import Piece, finish_part
+from tracediag.parsers.perfetto_decode import decode
+from tracediag.parsers.perfetto_sniff import looks_like_perfetto
+from tracediag.parsers.perfetto_system import CPU_FIELD, NC_FIELD, hardware_to_host_clock
+from tracediag.parsers.perfetto_tracks import CATEGORY_PREFIXES, classify
+
+FORMAT = "perfetto"
+
+
+def sniff(path: Path) -> bool:
+    """A file whose first records are Perfetto trace packets (see :mod:`perfetto_sniff`)."""
+    return looks_like_perfetto(Path(path))
+
+
+def read(path: Path) -> list[RankPart]:
+    """The file's ranks as canonical parts (see the module docstring)."""
+    path = Path(path)
+    d = decode(path, E.WANTED)
+    counts = dict(d.counts)
+    from_name = rank_from_name(path.name)
+    default_rank = from_name if from_name is not None else 0
+    tracks = classify(d.tracks, d.events["track"].to_numpy(), default_rank)
+    table = tracks.table.set_index("uuid")
+    per_event = table.reindex(d.events["track"].to_numpy())
+    skip = per_event["skip"].to_numpy(dtype=object)
+    for reason in pd.unique(skip[skip != ""]):
+        if reason != "tracediag findings":  # our export's diagnosis: not work, not a repair
+            counts[f"{reason}: skipped"] = int((skip == reason).sum())
+    ts = E.trace_times(d, counts)
+    sl = E.slices(d, ts, skip == "", counts)
+    if not len(sl):
+        raise TraceInputError(path, "no slices (the trace holds no track events we can read)")
+    owner = E.slice_of_event(sl, len(d.events))
+    ann = E.annotation_table(d, owner)
+    fields = E.fields(ann, len(sl))
+    events = _events(d, sl, fields, table, owner)
+    if tracks.ours:
+        _from_categories(events, d.events["cat"].to_numpy(dtype=object)[sl["begin"].to_numpy()])
+    edges = pd.concat(
+        [
+            E.flow_edges(d, ts, owner, counts).assign(**{S.EDGE_KIND: "flow"}),
+            _dependency_kinds(E.dependency_edges(ann, fields[S.SRC_ID], counts), events),
+        ],
+        ignore_index=True,
+    )
+    rank = table["rank"].reindex(sl["track"].to_numpy()).to_numpy(dtype=np.int64)
+    info: dict = (
+        {"rank_source": "rank process", "written_by": "tracediag export"} if tracks.ours else {}
+    )
+    if tracks.neuron == "system":
+        sync = {f: E.exact_ints(ann, f, len(sl)) for f in (CPU_FIELD, NC_FIELD)}
+        hardware_to_host_clock(events, rank, sync, info)
+    return _parts(path, events, edges, rank, counts, tracks.neuron, from_name, info)
+
+
+def _events(d, sl: pd.DataFrame, fields: dict, table: pd.DataFrame, owner) -> pd.DataFrame:
+    """The canonical event columns of every slice (all ranks together)."""
+    names = d.events["name"].to_numpy(dtype=object)
+    name = names[sl["begin"].to_numpy()]
+    has_end = sl["end"].to_numpy() >= 0
+    unnamed = pd.isna(name)
+    from_end = unnamed & has_end
+    name[from_end] = names[sl["end"].to_numpy()[from_end]]
+    name = np.where(pd.isna(name), fields["opcode"], name)
+    name = np.where(pd.isna(name), "unnamed", name)
+    track = table.reindex(sl["track"].to_numpy())
+    kind = np.where(sl["instant"].to_numpy(), "marker", track["event_kind"].to_numpy(dtype=object))
+    frame = pd.DataFrame(
+        {
+            S.KIND: pd.Categorical(kind),
+            S.NAME: pd.Categorical(name),
+            S.TS: sl["ts"].to_numpy(dtype=np.int64),
+            S.DUR: sl["dur"].to_numpy(dtype=np.int64),
+            S.BYTES: fields[S.BYTES],
+            S.FLOPS: fields[S.FLOPS],
+            S.WAIT: fields[S.WAIT],
+            S.LAYER: pd.Categorical(fields[S.LAYER]),
+            S.OP: pd.Categorical(fields[S.OP]),
+            S.SOURCE: pd.Categorical(fields[S.SOURCE]),
+            S.SRC_ID: _src_ids(fields[S.SRC_ID], d, sl),
+            TRACK_LABEL: pd.Categorical(track["label"].to_numpy(dtype=object)),
+            TRACK_KIND_COL: pd.Categorical(track["track_kind"].to_numpy(dtype=object)),
+            TRACK_ENGINE: pd.Categorical(track["engine"].to_numpy(dtype=object)),
+            TRACK_DEVICE: pd.Categorical(track["device"].to_numpy(dtype=object)),
+        }
+    )
+    return frame
+
+
+def _from_categories(events: pd.DataFrame, cats: np.ndarray) -> None:
+    """Our export's categories (``kind,track:<kind>,engine:<e>,device:<d>``) restore each
+    event's kind and its track's kind, engine and device; parsed once per distinct value."""
+    codes, uniq = pd.factorize(pd.Series(cats, dtype=object))
+    parsed = []
+    for text in uniq:  # a loop over distinct category strings
+        items = str(text).split(",")
+        got = {"kind": items[0]} if items[0] in S.KINDS else {}
+        for item in items[1:]:
+            for prefix, key in CATEGORY_PREFIXES.items():
+                if item.startswith(prefix):
+                    got[key] = item[len(prefix) :]
+        if got.get("track_kind") not in S.TRACK_KINDS:
+            got.pop("track_kind", None)
+        parsed.append(got)
+    for col, key in (
+        (S.KIND, "kind"),
+        (TRACK_KIND_COL, "track_kind"),
+        (TRACK_ENGINE, "engine"),
+        (TRACK_DEVICE, "device"),
+    ):
+        values = np.array([p.get(key) for p in parsed] + [None], dtype=object)[codes]
+        known = pd.notna(values)
+        if known.any():
+            current = events[col].to_numpy(dtype=object)
+            events[col] = pd.Categorical(np.where(known, values, current))
+
+
+def _src_ids(from_annotations: np.ndarray, d, sl: pd.DataFrame) -> np.ndarray:
+    """The ``id`` annotation, else the event's ``correlation_id``, else -1."""
+    corr = d.events["corr"].to_numpy()[sl["begin"].to_numpy()]
+    return np.where(from_annotations >= 0, from_annotations, corr)
+
+
+def _dependency_kinds(edges: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    """An instruction's dependency on an instruction is ``dependency``; a DMA triggered by an
+    instruction is ``dma_trigger``."""
+    kind = events[S.KIND].to_numpy(dtype=object)
+    trigger = (kind[edges[S.SRC].to_numpy()] == "compute") & (
+        kind[edges[S.DST].to_numpy()] == "dma"
+    )
+    return edges.assign(**{S.EDGE_KIND: np.where(trigger, "dma_trigger", "dependency")})
+
+
+def _parts(
+    path: Path,
+    events: pd.DataFrame,
+    edges: pd.DataFrame,
+    rank: np.ndarray,
+    counts: dict[str, int],
+    neuron: str,
+    from_name: int | None,
+    info: dict,
+) -> list[RankPart]:
+    """One part per rank; edges across ranks cannot be kept and are counted."""
+    src, dst = edges[S.SRC].to_numpy(dtype=np.int64), edges[S.DST].to_numpy(dtype=np.int64)
+    across = rank[src] != rank[dst]
+    ranks = np.unique(rank)
+    parts = []
+    for r in ranks:  # a loop over ranks
+        rows = np.flatnonzero(rank == r)
+        local = np.full(len(rank), -1, dtype=np.int64)
+        local[rows] = np.arange(len(rows))
+        mine = ~across & (rank[src] == r)
+        meta = S.RankMeta(rank=int(r), sources=[str(path)], format=FORMAT)
+        meta.info["rank_source"] = (
+            "worker_gid"
+            if neuron == "system"
+            else "filename"
+            if from_name is not None
+            else "default"
+        )
+        if neuron:
+            meta.info["neuron_profile"] = neuron
+        meta.info.update(info)
+        if r == ranks[0]:
+            for reason, n in counts.items():
+                meta.count(reason, n)
+            meta.count("edges between ranks: not kept", int(across.sum()))
+        part_edges = pd.DataFrame(
+            {
+                S.SRC: local[src[mine]],
+                S.DST: local[dst[mine]],
+                S.EDGE_KIND: edges[S.EDGE_KIND].to_numpy()[mine],
+            }
+        )
+        piece = Piece("track events", events.iloc[rows].reset_index(drop=True))
+        parts.append(finish_part(meta, [piece], [part_edges], None))
+    return parts

@@ -1,0 +1,130 @@
+"""``tracediag export``: the Perfetto export reads back with our reader (round trip), carries the
+critical path as flows and the findings as annotated slices; the Chrome JSON export; the
+column-wise protobuf encoder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+from google.protobuf.internal.encoder import _VarintBytes
+
+from tracediag import protowire as W
+from tracediag import schema as S
+from tracediag.chrome_export import write_chrome
+from tracediag.cli.main import main
+from tracediag.config import Config
+from tracediag.engine import diagnose
+from tracediag.load import load
+from tracediag.parsers import perfetto
+from tracediag.parsers.protos.perfetto_trace_pb2 import Trace
+from tracediag.perfetto_export import critical_path_events, write_perfetto
+
+SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "neuron_parquet_straggler"
+
+
+@pytest.fixture(scope="module")
+def diagnosis():
+    return diagnose(load([SAMPLE]), Config())
+
+
+def _rows(trace_events, track_names, rank):
+    ev = trace_events[trace_events[S.RANK] == rank]
+    label = track_names[ev[S.TRACK].to_numpy()]
+    return sorted(
+        zip(label, ev[S.NAME].astype(str), ev[S.KIND].astype(str), ev[S.TS], ev[S.DUR], strict=True)
+    )
+
+
+def test_perfetto_export_reads_back_event_for_event(diagnosis, tmp_path):
+    out = tmp_path / "job.pftrace"
+    write_perfetto(diagnosis, out)
+    assert perfetto.sniff(out)
+    parts = perfetto.read(out)
+    trace = diagnosis.trace
+    assert [p.meta.rank for p in parts] == trace.ranks
+    names = trace.tracks[S.TRACK_NAME].astype(str).to_numpy()
+    for part in parts:
+        ev = part.events
+        back = sorted(
+            zip(
+                ev["track_label"].astype(str).str.removesuffix(" (overlap)"), ev[S.NAME].astype(str),
+                ev[S.KIND].astype(str), ev[S.TS], ev[S.DUR], strict=True,
+            )
+        )  # fmt: skip
+        assert back == _rows(trace.events, names, part.meta.rank)
+        assert part.meta.info["rank_source"] == "rank process"
+        tracks = trace.tracks[trace.tracks[S.RANK] == part.meta.rank]
+        kinds = dict(zip(tracks[S.TRACK_NAME], tracks[S.TRACK_KIND].astype(str), strict=True))
+        got = dict(zip(ev["track_label"].astype(str), ev["track_kind"].astype(str), strict=False))
+        assert {k: v for k, v in got.items() if k in kinds} == {
+            k: kinds[k] for k in got if k in kinds
+        }
+    assert all("tracediag findings: skipped" not in p.meta.repairs for p in parts)
+
+
+def test_critical_path_is_one_flow_and_findings_are_annotated_slices(diagnosis, tmp_path):
+    out = tmp_path / "job.pftrace"
+    write_perfetto(diagnosis, out)
+    parts = perfetto.read(out)
+    path = critical_path_events(diagnosis)
+    flows = sum(int((p.edges[S.EDGE_KIND] == "flow").sum()) for p in parts)
+    across = sum(p.meta.repairs.get("edges between ranks: not kept", 0) for p in parts)
+    assert flows + across == len(path) - 1 and flows > 0
+    packets = Trace.FromString(out.read_bytes()).packet
+    slices = [p.track_event for p in packets if p.track_event.categories[:] == ["finding"]]
+    assert [s.name.split()[0] for s in slices] == [f.code for f in diagnosis.findings]
+    notes = {a.name: a for a in slices[0].debug_annotations}
+    first = diagnosis.findings[0]
+    assert (notes["saving_ns"].int_value, notes["message"].string_value) == (
+        first.saving_ns,
+        first.message,
+    )
+
+
+def test_chrome_export_is_exact_json(diagnosis, tmp_path):
+    out = tmp_path / "job.json"
+    write_chrome(diagnosis, out)
+    doc = orjson.loads(out.read_bytes())
+    events = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] != "finding"]
+    assert len(events) == len(diagnosis.trace.events)
+    first = diagnosis.trace.events.iloc[0]
+    assert events[0]["ts"] == pytest.approx(first[S.TS] / 1000, abs=5e-4)
+    assert out.read_text().count(f'"ts":{first[S.TS] // 1000}.{first[S.TS] % 1000:03d}') >= 1
+    flows = [e for e in doc["traceEvents"] if e["ph"] in ("s", "f")]
+    assert len(flows) == 2 * (len(critical_path_events(diagnosis)) - 1)
+    findings = [e for e in doc["traceEvents"] if e.get("cat") == "finding"]
+    assert [e["args"]["code"] for e in findings] == [f.code for f in diagnosis.findings]
+
+
+def test_export_command(tmp_path, capsys):
+    out = tmp_path / "job.pftrace"
+    assert main(["export", str(SAMPLE), "-o", str(out), "-q"]) == 0
+    assert perfetto.sniff(out)
+    assert (
+        main(["export", str(SAMPLE), "-o", str(tmp_path / "j.json"), "--format", "chrome", "-q"])
+        == 0
+    )
+    assert main(["export", str(SAMPLE), "-q"]) == 2
+    assert "export needs -o FILE" in capsys.readouterr().err
+
+
+def test_protowire_matches_protobuf_encoding():
+    values = np.array([0, 1, 127, 128, 300, 2**35, 2**63 - 1, -1], dtype=np.int64)
+    flat, length = W.varints(values)
+    assert flat.tobytes() == b"".join(_VarintBytes(int(v) & (2**64 - 1)) for v in values)
+    assert length.tolist() == [1, 1, 1, 2, 2, 6, 9, 10]
+    event = W.join(
+        [
+            W.field_varint(9, np.array([1, 2])),
+            W.masked(W.field_varint(10, np.array([7, 7])), np.array([True, False])),
+        ]
+    )
+    packet = W.join([W.field_varint(8, np.array([5, 2**40])), W.field_message(11, event)])
+    trace = Trace.FromString(W.field_message(1, packet)[0].tobytes())
+    assert [(p.timestamp, p.track_event.type, p.track_event.name_iid) for p in trace.packet] == [
+        (5, 1, 7),
+        (2**40, 2, 0),
+    ]
