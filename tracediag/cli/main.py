@@ -1,7 +1,7 @@
 """The ``tracediag`` command line: ``main(argv) -> int`` and the console-script ``entry()``.
 
-Exit codes (like ruff): 0 nothing at or above the gate, 1 findings at or above it (``check``),
-2 usage, configuration or input error. Errors are one line on stderr, never a traceback.
+Exit codes (like ruff): 0 the gate passes, 1 it fails (``check``: findings at or above it,
+budgets exceeded, regressions against a baseline), 2 usage, configuration or input error. Errors are one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -12,11 +12,22 @@ import sys
 import traceback
 
 from tracediag import __version__
-from tracediag.cli import check_cmd, generate_cmd, report_cmd, rules_cmd
+from tracediag.cli import (
+    baseline_cmd,
+    check_cmd,
+    diff_cmd,
+    export_cmd,
+    generate_cmd,
+    report_cmd,
+    rules_cmd,
+    trend_cmd,
+)
 from tracediag.errors import TracediagError, UsageError
+from tracediag.tui import command as tui_command
 
-EPILOG = """exit codes: 0 nothing at or above the gate, 1 findings at or above it (check),
-2 usage, configuration or input error"""
+EPILOG = """exit codes: 0 the gate passes, 1 it fails (check: findings at or above it, budgets
+exceeded, regressions against a baseline; trend --fail-on-change), 2 usage, configuration or
+input error"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,8 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     report_cmd.add_parser(commands)
     check_cmd.add_parser(commands)
+    baseline_cmd.add_parser(commands)
+    diff_cmd.add_parser(commands)
+    trend_cmd.add_parser(commands)
     rules_cmd.add_parsers(commands)
     generate_cmd.add_parser(commands)
+    export_cmd.add_parser(commands)
+    tui_command.add_parser(commands)
     return parser
 
 
@@ -48,10 +64,28 @@ def _fail(message: str) -> None:
     print(f"tracediag: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
 
 
+def _tui_by_default(parser: argparse.ArgumentParser, argv: list[str] | None) -> list[str]:
+    """``tracediag PATH...`` opens the TUI: a first argument that is no subcommand, no option
+    and no near-miss of a subcommand (a typo argparse should name) is taken as a path."""
+    from pathlib import Path
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    names = next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if not argv or argv[0].startswith("-") or argv[0] in names:
+        return argv
+    # Only what is or looks like a path opens the TUI (which then reports a missing one): a bare
+    # word is a usage error argparse names, never an interactive screen a script would hang on.
+    first = argv[0]
+    if not Path(first).exists() and not any(c in first for c in "/\\."):
+        return argv
+    return ["tui", *argv]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns the exit code. Expected errors become one line on stderr."""
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args = parser.parse_args(_tui_by_default(parser, argv))
         return args.run(args)
     except TracediagError as exc:
         _fail(exc.one_line())

@@ -1,0 +1,66 @@
+"""``tracediag PATH...`` and ``tracediag tui PATH...`` reach the TUI; typos stay CLI errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tracediag.cli import main as cli
+
+ROOT = Path(__file__).resolve().parents[1]
+STRAGGLER = str(ROOT / "sample_traces" / "neuron_parquet_straggler" / "parquet")
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([STRAGGLER], ["tui", STRAGGLER]),
+        (["missing/trace.json"], ["tui", "missing/trace.json"]),  # the app says it is missing
+        (["tui", STRAGGLER], ["tui", STRAGGLER]),
+        (["report", STRAGGLER], ["report", STRAGGLER]),
+        (["reprot", STRAGGLER], ["reprot", STRAGGLER]),  # a typo: argparse names the commands
+        (["--version"], ["--version"]),
+        ([], []),
+    ],
+)
+def test_first_argument_that_is_no_command_opens_the_tui(argv, expected):
+    assert cli._tui_by_default(cli.build_parser(), argv) == expected
+
+
+def test_tui_options_resolve_the_config_before_the_app(monkeypatch, capsys):
+    seen = {}
+
+    class FakeApp:
+        error_line = "tracediag: error: x: no such file or directory"
+        return_code = 0
+
+        def run(self):
+            seen["ran"] = True
+
+    def fake_make_app(paths, *, config, align):
+        seen.update(paths=paths, select=config.select, align=align)
+        return FakeApp()
+
+    monkeypatch.setattr("tracediag.tui.app.make_app", fake_make_app)
+    code = cli.main([STRAGGLER, "--select", "col2", "--no-align"])
+    assert code == 2  # the load error's exit code, as the other commands give it
+    assert seen == {"paths": [STRAGGLER], "select": ["COL2"], "align": False, "ran": True}
+    assert capsys.readouterr().err == FakeApp.error_line + "\n"
+
+
+def test_the_cli_loads_no_textual_until_the_tui_runs():
+    code = (
+        "import sys, tracediag.cli.main;"
+        "bad=[m for m in sys.modules if m.split('.')[0] in ('textual','rich')];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_tui_usage_errors_are_one_line(capsys):
+    assert cli.main(["tui", STRAGGLER, "--select", "NOPE9"]) == 2
+    assert capsys.readouterr().err.startswith("tracediag: error: --select: NOPE9 matches no rule")

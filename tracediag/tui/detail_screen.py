@@ -1,0 +1,106 @@
+"""One finding: its message, evidence, what-if saving, suggestion and the rule's document."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Markdown, Static
+
+from tracediag.findings import Finding
+from tracediag.report.labels import rank_list
+from tracediag.rule import all_rules
+from tracediag.tui.styles import SEVERITY_STYLE
+from tracediag.units import fmt_bytes, fmt_ns
+
+
+def evidence_rows(evidence: dict, prefix: str = "") -> list[tuple[str, str]]:
+    """Evidence as (key, value) rows: ``*_ns`` as times, ``*bytes*`` as sizes, nesting flattened."""
+    rows: list[tuple[str, str]] = []
+    for key, value in evidence.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            rows += evidence_rows(value, f"{name}.")
+        elif isinstance(value, list) and value and isinstance(value[0], dict):
+            for i, item in enumerate(value):
+                rows += evidence_rows(item, f"{name}[{i}].")
+        elif isinstance(value, list):
+            rows.append((name, ", ".join(map(str, value))))
+        else:
+            rows.append((name, _number(key, value)))
+    return rows
+
+
+def _number(key: str, value) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if key.endswith("_ns"):
+        return fmt_ns(value)
+    if "bytes" in key:
+        return fmt_bytes(value)
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+class FindingDetailScreen(Screen):
+    """Everything about one finding; t opens its timeline."""
+
+    BINDINGS = [
+        Binding("escape", "app.back", "Back", show=False),
+        Binding("t", "timeline", "Timeline"),
+    ]
+    DEFAULT_CSS = """
+    FindingDetailScreen VerticalScroll { padding: 0 1; }
+    FindingDetailScreen .heading { text-style: bold; margin-top: 1; }
+    FindingDetailScreen #message, FindingDetailScreen #numbers { margin-top: 1; }
+    FindingDetailScreen Markdown { margin: 1 0 0 0; padding: 0; }
+    """
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__()
+        self.finding = finding
+
+    def compose(self) -> ComposeResult:
+        f = self.finding
+        base = self.app.session.path_start
+        head = Text()
+        head.append(f"{f.code} ", style="bold")
+        head.append(str(f.severity), style=SEVERITY_STYLE[int(f.severity)])
+        head.append(f" · {f.family} · {f.title}")
+        numbers = Table.grid(padding=(0, 2))
+        numbers.add_column(style="bold")
+        numbers.add_column()
+        for label, value in (
+            ("ranks", rank_list(list(f.ranks))),
+            ("engine / track", f"{f.engine or '-'} / {f.track or '-'}"),
+            ("layer / op", f"{f.layer or '-'} / {f.op or '-'}"),
+            ("window", f"{fmt_ns(f.start_ns - base)} to {fmt_ns(f.end_ns - base)}"),
+            ("impact", f"{fmt_ns(f.impact_ns)} on the critical path ({f.impact_pct:.2f}%)"),
+            ("what-if saving", f"{fmt_ns(f.saving_ns)} shorter step if fixed"),
+        ):
+            numbers.add_row(label, value)
+        evidence = Table.grid(padding=(0, 2))
+        evidence.add_column(style="dim")
+        evidence.add_column()
+        for key, value in evidence_rows(f.evidence):
+            evidence.add_row(key, value)
+        rule = all_rules().get(f.code)
+        with VerticalScroll(id="detail"):
+            yield Static(head, id="detail-title")
+            yield Static(f.message, id="message")
+            yield Static(numbers, id="numbers")
+            yield Static("Evidence", classes="heading")
+            yield Static(evidence, id="evidence")
+            yield Static("Suggestion", classes="heading")
+            yield Static(f.suggestion or "-", id="suggestion")
+            yield Markdown(rule.document() if rule else f"No rule {f.code} is installed.")
+        yield Footer(show_command_palette=False)
+
+    def on_mount(self) -> None:
+        self.query_one(VerticalScroll).focus()
+
+    def action_timeline(self) -> None:
+        """The finding's window in the timeline."""
+        self.app.open_finding_timeline(self.finding)

@@ -1,0 +1,72 @@
+"""``?``: every view and its keys on one page."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Markdown
+
+HELP = """\
+# tracediag keys
+
+tracediag ranks what slows the step by its **what-if saving**: what the step would gain if
+the cause were fixed. Start at the overview, open a finding, then its timeline.
+
+## Everywhere
+| key | does |
+|---|---|
+| `o` `f` `c` `r` | overview, findings, critical path, ranks heatmap |
+| `t` | timeline (of the finding under the cursor, else of the whole step) |
+| `escape` | back |
+| `ctrl+p` | command palette: views, findings by name, theme |
+| `T` | dark / light theme |
+| `?` | this help |
+| `q` | quit |
+
+## Findings
+| key | does |
+|---|---|
+| `enter` | the finding's detail: evidence, saving, suggestion, the rule's document |
+| `/` | search as you type (every word must match); `enter` or `escape` back to the table |
+| `s` / `S` | sort by the next column / reverse (or click a header) |
+| `F` `V` `R` | cycle the family, minimum severity and rank filters |
+| `x` | clear filters and search |
+
+## Timeline
+Lanes are tracks (engines, DMA queues, streams) of the ranks involved. Critical-path events are
+drawn in the warning colour, waits on the path as `░`; the finding's window is shaded.
+
+| key | does |
+|---|---|
+| `←` `→` | previous / next event on the lane |
+| `↑` `↓` | lane above / below |
+| `+` `-` | zoom in / out around the selected event |
+| `,` `.` | pan left / right (also `shift+←` `shift+→`) |
+| `p` `n` | previous / next segment of the critical path |
+| `a` | lanes for all ranks / the ranks involved |
+| `s` `0` `z` | back to the opening window / whole trace / the selected event |
+
+## Critical path and ranks
+`↑` `↓` move, `enter` opens the segment (or the collective) in the timeline. In the heatmap a
+straggler is a column that is hot on every row; `▲` marks the last arrival.
+"""
+
+
+class HelpScreen(ModalScreen):
+    """The keys of every view."""
+
+    BINDINGS = [Binding("escape,q,question_mark", "app.pop_screen", "Close")]
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen VerticalScroll { width: 90%; max-width: 96; height: 90%;
+                                border: round $accent; background: $surface; }
+    """
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Markdown(HELP)
+
+    def on_mount(self) -> None:
+        self.query_one(VerticalScroll).focus()
