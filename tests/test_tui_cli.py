@@ -22,6 +22,8 @@ STRAGGLER = str(ROOT / "sample_traces" / "neuron_parquet_straggler" / "parquet")
         (["tui", STRAGGLER], ["tui", STRAGGLER]),
         (["report", STRAGGLER], ["report", STRAGGLER]),
         (["reprot", STRAGGLER], ["reprot", STRAGGLER]),  # a typo: argparse names the commands
+        (["lint"], ["lint"]),  # a bare unknown word is no path
+        (["runs"], ["runs"]),
         (["--version"], ["--version"]),
         ([], []),
     ],

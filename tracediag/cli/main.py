@@ -65,8 +65,8 @@ def _fail(message: str) -> None:
 
 
 def _tui_by_default(parser: argparse.ArgumentParser, argv: list[str] | None) -> list[str]:
-    """``tracediag PATH...`` opens the TUI: a first argument that is no subcommand, no option
-    and no near-miss of a subcommand (a typo argparse should name) is taken as a path."""
+    """``tracediag PATH...`` opens the TUI: ``tui`` goes before a first argument that is no
+    subcommand or option and is, or looks like, a path."""
     from pathlib import Path
 
     argv = sys.argv[1:] if argv is None else list(argv)
