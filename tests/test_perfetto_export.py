@@ -20,7 +20,7 @@ from tracediag.engine import diagnose
 from tracediag.load import load
 from tracediag.parsers import perfetto
 from tracediag.parsers.protos.perfetto_trace_pb2 import Trace
-from tracediag.perfetto_export import critical_path_events, write_perfetto
+from tracediag.perfetto_export import critical_path_events, overlap_lanes, write_perfetto
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "neuron_parquet_straggler"
 
@@ -128,3 +128,27 @@ def test_protowire_matches_protobuf_encoding():
         (5, 1, 7),
         (2**40, 2, 0),
     ]
+
+
+def test_partly_overlapping_events_round_trip_on_an_overlap_lane(tmp_path):
+    chrome = SAMPLE.parent / "chrome_straggler" / "chrome"
+    diagnosis = diagnose(load([chrome]), Config())
+    trace = diagnosis.trace
+    lanes = overlap_lanes(trace)
+    assert np.bincount(lanes).tolist() == [1716, 5, 5]
+    out = tmp_path / "chrome.pftrace"
+    write_perfetto(diagnosis, out)
+    names = trace.tracks[S.TRACK_NAME].astype(str).to_numpy()
+    for part in perfetto.read(out):
+        ev = part.events
+        labels = ev["track_label"].astype(str)
+        back = sorted(
+            zip(
+                labels.str.replace(r" \(overlap(?: \d+)?\)$", "", regex=True),
+                ev[S.NAME].astype(str), ev[S.KIND].astype(str),
+                ev[S.TS], ev[S.DUR], strict=True,
+            )
+        )  # fmt: skip
+        assert back == _rows(trace.events, names, part.meta.rank)
+        mine = lanes[trace.events[S.RANK].to_numpy() == part.meta.rank]
+        assert labels.str.contains(r" \(overlap(?: \d+)?\)$").sum() == (mine > 0).sum()

@@ -62,8 +62,8 @@ def discover(paths: Iterable[str | Path]) -> tuple[list[tuple[Path, object]], li
             continue
         raise TraceInputError(
             path,
-            "unknown format (expected a Neuron Explorer Parquet profile directory, "
-            "Neuron JSON, or Chrome/Kineto trace JSON)",
+            "unknown format (expected a Neuron Explorer Parquet profile directory, Neuron JSON, "
+            "Chrome/Kineto trace JSON, Perfetto, XPlane or a collective timeline)",
         )
     return found, skipped
 

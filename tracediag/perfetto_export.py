@@ -9,7 +9,7 @@ window, annotated with the finding's code, severity, message, impact, saving and
 
 Events are encoded column by column (:mod:`tracediag.protowire`): no message object per event.
 A track's events must nest to be paired back; an event that overlaps a neighbour only partly
-goes to a ``<track> (overlap)`` thread beside it. Times are the aligned ns; a trace with
+goes to a ``<track> (overlap)`` thread beside it (``(overlap 2)``, ... when those overlap too). Times are the aligned ns; a trace with
 negative times is shifted to start at 0 (the shift is in the findings' annotations).
 """
 
@@ -31,12 +31,12 @@ if TYPE_CHECKING:
 
 _EVENTS_SEQ, _FINDINGS_SEQ = 1, 2
 _PATH_FLOW = 1
-_OVERLAP = 1 << 31
+_MAX_LANES = 64
 _FINDINGS_UUID = 1
 
 
 def _process_uuid(rank: np.ndarray | int):
-    return (np.asarray(rank, dtype=np.int64) + 1) << 32
+    return (np.asarray(rank, dtype=np.int64) + 1) << 40  # tracks below: + lane << 32 + track
 
 
 def critical_path_events(diagnosis: Diagnosis) -> np.ndarray:
@@ -54,22 +54,38 @@ def time_shift(diagnosis: Diagnosis) -> int:
     return -low
 
 
-def overlap_lanes(trace: S.Trace) -> np.ndarray:
-    """True for events that start inside an earlier event of their track and end after it:
-    they cannot nest there and move to the track's overlap lane."""
-    ev = trace.events
-    order = np.lexsort(
-        (-(ev[S.TS] + ev[S.DUR]).to_numpy(), ev[S.TS].to_numpy(), ev[S.TRACK].to_numpy())
-    )
-    track = ev[S.TRACK].to_numpy()[order]
-    start = ev[S.TS].to_numpy()[order]
-    end = start + ev[S.DUR].to_numpy()[order]
-    running = pd.Series(end).groupby(track).cummax().to_numpy()
+def _partial(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """True for events that start inside an earlier event of their track and end after it."""
+    order = np.lexsort((-end, start, track))
+    tr, st, en = track[order], start[order], end[order]
+    running = pd.Series(en).groupby(tr).cummax().to_numpy()
     before = np.r_[np.iinfo(np.int64).min, running[:-1]]
-    before[np.r_[True, track[1:] != track[:-1]]] = np.iinfo(np.int64).min
-    out = np.zeros(len(ev), dtype=bool)
-    out[order] = (start < before) & (end > before)
+    before[np.r_[True, tr[1:] != tr[:-1]]] = np.iinfo(np.int64).min
+    out = np.zeros(len(track), dtype=bool)
+    out[order] = (st < before) & (en > before)
     return out
+
+
+def overlap_lanes(trace: S.Trace) -> np.ndarray:
+    """Each event's lane on its track: 0, or k > 0 when it overlaps events of lanes below only
+    partly (such events cannot nest there, so they move to the ``(overlap k)`` thread)."""
+    ev = trace.events
+    track = ev[S.TRACK].to_numpy(dtype=np.int64)
+    start = ev[S.TS].to_numpy(dtype=np.int64)
+    end = start + ev[S.DUR].to_numpy(dtype=np.int64)
+    lane = np.zeros(len(ev), dtype=np.int64)
+    for k in range(_MAX_LANES):  # a loop over lanes (few), each pass vectorised
+        mine = np.flatnonzero(lane == k)
+        moved = mine[_partial(track[mine], start[mine], end[mine])]
+        if not len(moved):
+            break
+        lane[moved] = k + 1
+    return lane
+
+
+def lane_suffix(lane: int) -> str:
+    """The thread-name suffix of an overlap lane."""
+    return "" if lane == 0 else " (overlap)" if lane == 1 else f" (overlap {lane})"
 
 
 def write_perfetto(diagnosis: Diagnosis, path: Path) -> None:
@@ -114,17 +130,18 @@ def _describe_tracks(header: Trace, trace: S.Trace, lanes: np.ndarray) -> None:
         td = header.packet.add(trusted_packet_sequence_id=_EVENTS_SEQ).track_descriptor
         td.uuid = int(_process_uuid(rank))
         td.process.pid, td.process.process_name = rank + 1, f"rank {rank}"
-    laned = set(np.unique(trace.events[S.TRACK].to_numpy()[lanes]).tolist())
-    for tid, row in enumerate(tracks.itertuples(index=False)):
-        for lane, suffix in ((0, ""), (_OVERLAP, " (overlap)")):
-            if lane and tid not in laned:
-                continue
-            td = header.packet.add(trusted_packet_sequence_id=_EVENTS_SEQ).track_descriptor
-            td.uuid = int(_process_uuid(row.rank)) + tid + 1 + lane
-            td.parent_uuid = int(_process_uuid(row.rank))
-            td.name = f"{row.name}{suffix}"
-            td.thread.pid, td.thread.tid = int(row.rank) + 1, tid + 1 + lane
-            td.thread.thread_name = td.name
+    used = pd.DataFrame({"t": trace.events[S.TRACK].to_numpy(), "l": lanes})
+    used = used[used["l"] > 0].drop_duplicates()
+    pairs = [(t, 0) for t in range(len(tracks))] + list(used.itertuples(index=False, name=None))
+    for tid, lane in pairs:
+        row = tracks.iloc[tid]
+        td = header.packet.add(trusted_packet_sequence_id=_EVENTS_SEQ).track_descriptor
+        td.uuid = int(_process_uuid(row[S.RANK])) + (int(lane) << 32) + tid + 1
+        td.parent_uuid = int(_process_uuid(row[S.RANK]))
+        td.name = f"{row[S.TRACK_NAME]}{lane_suffix(int(lane))}"
+        td.thread.pid = int(row[S.RANK]) + 1
+        td.thread.tid = int(lane) * len(tracks) + tid + 1
+        td.thread.thread_name = td.name
 
 
 def _event_records(trace: S.Trace, shift: int, lanes, name_codes, cat_codes, diagnosis) -> bytes:
@@ -135,7 +152,7 @@ def _event_records(trace: S.Trace, shift: int, lanes, name_codes, cat_codes, dia
     dur = ev[S.DUR].to_numpy(dtype=np.int64)
     end = start + dur
     uuid = _process_uuid(ev[S.RANK].to_numpy()) + ev[S.TRACK].to_numpy(dtype=np.int64) + 1
-    uuid = uuid + np.where(lanes, _OVERLAP, 0)
+    uuid = uuid + (lanes << 32)
     on_path = np.zeros(n, dtype=bool)
     on_path[critical_path_events(diagnosis)] = True
     begin = np.r_[np.ones(n, bool), np.zeros(n, bool)]
