@@ -15,8 +15,8 @@ import orjson
 import pytest
 
 from tests.fake_rules import use_probe_rules
+from tests.gate_runs import cli
 from tests.worked_example import example_trace
-from tracediag.cli.main import main
 
 
 def _one_line_error(err: str) -> str:
@@ -26,17 +26,7 @@ def _one_line_error(err: str) -> str:
     return err
 
 
-@pytest.fixture
-def run(monkeypatch, tmp_path, capsys):
-    """``run(*argv) -> (exit code, stdout, stderr)`` in an empty directory (no config found)."""
-    monkeypatch.chdir(tmp_path)
-
-    def invoke(*argv):
-        code = main([str(a) for a in argv])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return invoke
+run = cli  # ``run(*argv) -> (exit code, stdout, stderr)`` in an empty directory
 
 
 @pytest.fixture
