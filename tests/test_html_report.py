@@ -1,5 +1,5 @@
 """The HTML report: one self-contained page with its pictures (checked by parsing the page and
-its SVG; no browser is installed here to look at a screenshot)."""
+its SVG; test_html_screenshot.py looks at it in headless Chromium)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from tracediag.trend import trend
 
 # the shared fixtures (see tests/gate_runs.py)
 cli, reports, run_dirs = gate_runs.cli, gate_runs.reports, gate_runs.run_dirs
+diagnosed = gate_runs.diagnosed
 
 VOID = {"meta", "br", "img", "input", "link", "hr", "circle", "line", "rect", "polyline"}
 
@@ -80,15 +81,24 @@ def test_critical_path_bar_is_to_scale(reports):
     assert widths[skew] == pytest.approx(860 * 1425756 / cp["length_ns"], abs=0.01)
 
 
-def test_rank_heatmap_marks_the_slow_rank(reports):
+def test_rank_heatmap_shades_by_distance_from_the_median_rank(reports):
     report = reports("straggler")
     p = parse(render_html(report))
     cells = [a for t, a in p.elements if t == "rect" and a.get("width") == "108"]
     assert len(cells) == 2 * 6  # two ranks, six columns
-    step_cells = [c["fill"] for c in cells[::6]]
+    fills = [c["fill"] for c in cells]
+    # compute share: the rank that waits (rank 0) has the lower share, shaded by its distance
+    # from the median in points (full red at 25 points); the straggler's is white
+    share = [r["breakdown_pct"]["compute"] for r in report["ranks"]]
+    badness = (np.median(share) - share[0]) / 25.0
+    assert share[0] < share[1]
+    assert fills[1] == f"rgb(255,{int(255 - 160 * badness)},{int(255 - 160 * badness)})"
+    assert fills[6 + 1] == "rgb(255,255,255)"
+    # step times differ by well under 1%: both nearly white, the straggler a shade darker
     steps = [r["step_time_ns"] for r in report["ranks"]]
     worst = int(np.argmax(steps))
-    assert step_cells[worst] == "rgb(255,95,95)" and step_cells[1 - worst] == "rgb(255,255,255)"
+    assert fills[6 * (1 - worst)] == "rgb(255,255,255)"
+    assert fills[6 * worst] not in ("rgb(255,255,255)",) and int(fills[6 * worst][8:11]) > 240
 
 
 def test_timeline_shades_the_worst_window(reports):
@@ -130,3 +140,21 @@ def test_trend_chart_from_history(reports, tmp_path, cli, run_dirs):
         cli("report", "x", "--history", db)[2]
         == "tracediag: error: --history needs --format html\n"
     )
+
+
+def test_a_report_from_a_trace_draws_the_skew_grid_and_the_worst_window(diagnosed):
+    from tracediag.report import render
+    from tracediag.skew import lateness
+
+    diagnosis = diagnosed("straggler")
+    page = render(diagnosis, "html")
+    p = parse(page)
+    instances = lateness(diagnosis.trace.collectives)["coll_key"].nunique()
+    tips = [t for t in p.text if t.startswith("rank ") and "the others' median" in t]
+    assert len(tips) == 2 * instances  # one cell per rank and collective instance
+    assert sum("rank 1," in t and "(last)" in t for t in tips) == instances
+    assert "Worst window: COL201" in page
+    lanes = [t for t in p.text if t.startswith("rank 1 ")]
+    assert {"rank 1 tensor", "rank 1 vector"} <= set(lanes)
+    # a saved JSON report has no trace: the page draws without those pictures
+    assert "Collective arrival skew" not in render_html(diagnosis.to_dict())

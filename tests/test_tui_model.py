@@ -18,9 +18,9 @@ from tracediag.config import Config
 from tracediag.engine import diagnose
 from tracediag.errors import TraceInputError
 from tracediag.findings import Severity
+from tracediag.skew import lateness_grid
 from tracediag.tui import event_info, targets
 from tracediag.tui.findings_query import FindingsQuery
-from tracediag.tui.heatmap import lateness_grid
 from tracediag.tui.session import (
     DIAGNOSE_STAGE,
     INDEX_STAGE,

@@ -8,6 +8,7 @@ from tracediag.cli.common import (
     add_diagnosis_options,
     diagnose_paths,
     emit,
+    output_width,
     resolve_config,
     say,
     use_color,
@@ -50,13 +51,12 @@ def run(args: argparse.Namespace) -> int:
     diagnosis, dropped = apply_per_trace_ignores(diagnosis, config.per_trace_ignores)
     if dropped:
         say(args, f"{plural(dropped, 'finding')} ignored by per-trace-ignores")
+    history = None
     if args.history:
         from tracediag.history import load_history
-        from tracediag.report.html import render_html
         from tracediag.trend import DEFAULT_METRICS, trend
 
         history = trend(*load_history(args.history), DEFAULT_METRICS)
-        emit(args, render_html(diagnosis.to_dict(), history))
-        return 0
-    emit(args, render(diagnosis, args.format, color=use_color(args.output)))
+    color, width = use_color(args.output), output_width(args.output)
+    emit(args, render(diagnosis, args.format, color=color, trend=history, width=width))
     return 0

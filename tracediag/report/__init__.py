@@ -1,6 +1,7 @@
 """Renderers of a :class:`~tracediag.engine.Diagnosis`: one module per format, no analysis.
 
-Every renderer reads the JSON report (``Diagnosis.to_dict()``), so all formats say the same.
+Every renderer reads the JSON report (``Diagnosis.to_dict()``), so all formats say the same; the
+HTML page also draws pictures from the trace itself (``html_views``) when it has one.
 """
 
 from __future__ import annotations
@@ -25,11 +26,23 @@ _RENDERERS = {
 FORMATS = tuple(_RENDERERS)
 
 
-def render(diagnosis: Diagnosis, fmt: str, *, color: bool = False) -> str:
-    """``diagnosis`` as text in format ``fmt`` (one of :data:`FORMATS`); ``color`` for text only."""
+def render(
+    diagnosis: Diagnosis,
+    fmt: str,
+    *,
+    color: bool = False,
+    trend: dict | None = None,
+    width: int = 100,
+) -> str:
+    """``diagnosis`` as text in format ``fmt`` (one of :data:`FORMATS`); ``color`` and ``width``
+    (columns) for text only, ``trend`` (of :func:`tracediag.trend.trend`) for HTML only."""
     if fmt not in _RENDERERS:
         raise ValueError(f"unknown report format {fmt!r} (choose from {', '.join(FORMATS)})")
     report = diagnosis.to_dict()
     if fmt == "text":
-        return render_text(report, color=color)
+        return render_text(report, color=color, width=width)
+    if fmt == "html":
+        from tracediag.report.html_views import html_views
+
+        return render_html(report, trend, html_views(diagnosis))
     return _RENDERERS[fmt](report)

@@ -14,8 +14,10 @@ from tracediag.report.svg import (
     SEVERITY_COLORS,
     heatmap,
     line_chart,
+    skew_grid,
     stacked_bar,
     timeline,
+    window_lanes,
 )
 from tracediag.units import fmt_ns
 
@@ -33,6 +35,8 @@ details{margin:6px 0}summary{cursor:pointer}.muted{color:#666;font-size:12px}
 
 #: Findings drawn on the timeline (the rest are in the table).
 MAX_LANES = 15
+#: From this many instances on, the skew heatmap may show a selection (html_views caps it).
+MAX_SKEW_NOTE = 8
 
 
 def _summary(report: dict) -> str:
@@ -80,7 +84,9 @@ def _rank_heatmap(report: dict) -> str:
     if not ranks:
         return ""
     columns = ["step time", "compute", "communication", "memory", "idle", "MFU"]
-    # each cell is shaded by how much worse than the median rank it is, relative to the worst
+    # A cell is shaded by how much worse than the median rank it is: full red at 10% more
+    # step time, or 25 percentage points of a share; not relative to the worst rank, so that
+    # two nearly equal ranks stay white.
     worse_if_higher = {"step time": True, "compute": False, "communication": True,
                        "memory": True, "idle": True, "MFU": False}  # fmt: skip
 
@@ -95,9 +101,8 @@ def _rank_heatmap(report: dict) -> str:
     for col in columns:
         vals = [v for r in ranks if (v := value(r, col)) is not None]
         mid = median(vals) if vals else 0.0
-        sign = 1 if worse_if_higher[col] else -1
-        worst = max((sign * (v - mid) for v in vals), default=0.0)
-        scale[col] = (mid, sign, worst)
+        full_red = 0.10 * mid if col == "step time" else 25.0
+        scale[col] = (mid, 1 if worse_if_higher[col] else -1, full_red)
     cells = []
     for r in ranks:
         line = []
@@ -106,14 +111,15 @@ def _rank_heatmap(report: dict) -> str:
             if v is None:
                 line.append(("-", 0.0))
                 continue
-            mid, sign, worst = scale[col]
+            mid, sign, full_red = scale[col]
             text = fmt_ns(v) if col == "step time" else f"{v:.1f}%"
-            line.append((text, sign * (v - mid) / worst if worst > 0 else 0.0))
+            line.append((text, sign * (v - mid) / full_red if full_red > 0 else 0.0))
         cells.append(line)
     return (
         "<h2>Ranks</h2>"
         '<p class="muted">Each cell is shaded by how much worse than the median rank it is '
-        "(white: at or better than the median; red: the worst rank of the column).</p>"
+        "(white: at or better than the median; full red: 10% more step time, or 25 points "
+        "more of a share that should be low or less of one that should be high).</p>"
         + heatmap([f"rank {r['rank']}" for r in ranks], columns, cells)
     )
 
@@ -136,6 +142,37 @@ def _timeline(report: dict) -> str:
         + timeline(
             cp["start_ns"], cp["end_ns"], lanes, (worst["start_ns"], worst["end_ns"]), fmt_ns
         )
+    )
+
+
+def _skew(views) -> str:
+    if views is None or views.skew is None:
+        return ""
+    g = views.skew
+    shown = f"{len(g.keys)} collective instances" + (
+        " (the latest-arriving, in time order)"
+        if len(g.keys) >= MAX_SKEW_NOTE
+        else ", in time order"
+    )
+    return (
+        "<h2>Collective arrival skew</h2>"
+        f'<p class="muted">Each cell is one rank at one of {shown}, shaded by how late it arrived '
+        "against the median of the others (white: on time; dark red: the latest). A straggler is "
+        "a dark row; grey: not a participant. Hover a cell for its figures.</p>"
+        + skew_grid(g, fmt_ns)
+    )
+
+
+def _worst_window(report: dict, views) -> str:
+    if views is None or views.window is None:
+        return ""
+    w = views.window
+    return (
+        f"<h2>Worst window: {escape(w.code)}</h2>"
+        f'<p class="muted">Events of the ranks involved, from '
+        f"{escape(fmt_ns(w.start_ns - report['critical_path']['start_ns']))} into the critical path, "
+        "on their busiest tracks; the finding's window is shaded and the critical path's events "
+        "are underlined in black.</p>" + window_lanes(w, fmt_ns)
     )
 
 
@@ -189,8 +226,9 @@ def _trend(trend: dict | None) -> str:
     return "".join(out)
 
 
-def render_html(report: dict, trend: dict | None = None) -> str:
-    """The report (and, given, the trend of :func:`tracediag.trend.trend`) as one HTML page."""
+def render_html(report: dict, trend: dict | None = None, views=None) -> str:
+    """The report (and, given, the trend of :func:`tracediag.trend.trend` and the trace's
+    :class:`~tracediag.report.html_views.HtmlViews`) as one HTML page."""
     tool = report.get("tool", {})
     title = f"tracediag report: {fmt_ns(report['critical_path']['length_ns'])} critical path"
     body = [
@@ -199,7 +237,9 @@ def render_html(report: dict, trend: dict | None = None) -> str:
         _summary(report),
         _critical_path(report),
         _rank_heatmap(report),
+        _skew(views),
         _timeline(report),
+        _worst_window(report, views),
         _findings(report),
         _trend(trend),
     ]

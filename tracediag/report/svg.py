@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from html import escape
 
+import numpy as np
+
 #: One colour per critical-path category (colour-blind-friendly Okabe-Ito palette).
 CATEGORY_COLORS = {
     "compute": "#0072B2",
@@ -168,3 +170,77 @@ def line_chart(
     body.append(_text(left, height - 8, labels[0] if labels else "", 11))
     body.append(_text(left + plot_w, height - 8, labels[-1] if labels else "", 11, "end"))
     return _svg(width, height, body, "trend")
+
+
+def _skew_fill(level: int) -> str:
+    """Grey for a rank not in the collective, then white (on time) to dark red (the latest)."""
+    return ("#E0E0E0", "#FFFFFF", "#FFE0B2", "#FFB74D", "#F4511E", "#B71C1C")[level + 1]
+
+
+def skew_grid(grid, fmt, width: int = 860) -> str:
+    """Arrival lateness per rank (rows) and collective instance (columns, in time order), from a
+    :class:`tracediag.skew.LatenessGrid`: a straggler is a dark row."""
+    n_inst, n_ranks = grid.late.shape
+    left, top = 70, 8
+    cell_w = max(2.0, min(24.0, (width - left - 10) / max(n_inst, 1)))
+    row_h = 18 if n_ranks <= 48 else max(3, 900 // n_ranks)
+    body = []
+    for c, rank in enumerate(grid.ranks):
+        y = top + c * row_h
+        if row_h >= 10:
+            body.append(_text(left - 8, y + row_h * 0.75, f"rank {rank}", 11, "end"))
+        for r in range(n_inst):  # a loop over drawn cells (capped by the caller)
+            late = grid.late[r, c]
+            tip = (
+                f"rank {rank}, {grid.ops[r]} #{r + 1}: not a participant"
+                if np.isnan(late)
+                else f"rank {rank}, {grid.ops[r]} #{r + 1}: arrived {fmt(abs(late))} "
+                + ("after" if late > 0 else "before")
+                + " the others' median"
+                + (" (last)" if grid.last[r, c] else "")
+            )
+            body.append(
+                f'<rect x="{left + r * cell_w:.1f}" y="{y}" width="{max(cell_w - 1, 1):.1f}" '
+                f'height="{row_h - 1}" fill="{_skew_fill(int(grid.level[r, c]))}">'
+                f"<title>{escape(tip)}</title></rect>"
+            )
+    height = top + n_ranks * row_h + 6
+    return _svg(int(left + n_inst * cell_w + 10), height, body, "collective arrival skew")
+
+
+def window_lanes(view, fmt, width: int = 860) -> str:
+    """The events of a time window, one lane per track, merged to pixel resolution, with the
+    critical path's events underlined in black and the finding's own window shaded."""
+    left, lane_h, top = 210, 20, 6
+    plot = width - left - 10
+    scale = plot / 640  # the view's pixel grid is html_views.PLOT_PX wide
+    span = max(view.end_ns - view.start_ns, 1)
+
+    def x(t: int) -> float:
+        return left + plot * (t - view.start_ns) / span
+
+    height = top + len(view.lanes) * lane_h + 30
+    body = [
+        f'<rect x="{x(view.finding_start_ns):.1f}" y="0" '
+        f'width="{max(x(view.finding_end_ns) - x(view.finding_start_ns), 2):.1f}" '
+        f'height="{height - 24}" fill="#FFF3C4"/>'
+    ]
+    for i, lane in enumerate(view.lanes):
+        y = top + i * lane_h
+        body.append(_text(left - 8, y + 14, lane.label[:32], 11, "end"))
+        for (a, b), name in zip(lane.bars, lane.names, strict=True):
+            body.append(
+                f'<rect x="{left + a * scale:.1f}" y="{y + 2}" width="{max((b - a) * scale, 1):.1f}" '
+                f'height="{lane_h - 8}" fill="{lane.color}"><title>{escape(name)}</title></rect>'
+            )
+        for a, b in lane.path_bars:
+            body.append(
+                f'<rect x="{left + a * scale:.1f}" y="{y + lane_h - 6}" '
+                f'width="{max((b - a) * scale, 1):.1f}" height="3" fill="#111"/>'
+            )
+    axis_y = height - 22
+    body.append(f'<line x1="{left}" y1="{axis_y}" x2="{left + plot}" y2="{axis_y}" stroke="#555"/>')
+    for k in range(5):
+        t = view.start_ns + span * k // 4
+        body.append(_text(x(t), axis_y + 16, "+" + fmt(t - view.start_ns), 11, "middle"))
+    return _svg(width, height, body, "worst window timeline")

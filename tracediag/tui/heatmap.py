@@ -5,10 +5,6 @@ The grid comes from ``skew.lateness``; the widget draws only the rows and column
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
-import pandas as pd
 from rich.segment import Segment
 from rich.style import Style
 from textual.binding import Binding
@@ -16,55 +12,12 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
-from tracediag import schema as S
+from tracediag.skew import LatenessGrid
 from tracediag.units import fmt_bytes, fmt_ns
 
 LABEL_WIDTH = 24
 WIDE_CELL = 9
 NARROW_CELL = 3
-#: Fractions of the largest lateness where the colour steps up (levels 1 to 4).
-LEVELS = (0.02, 0.25, 0.5, 0.75)
-
-
-@dataclass
-class LatenessGrid:
-    """Rows are collective instances in time order, columns ranks."""
-
-    keys: np.ndarray  # coll_key per row
-    ops: np.ndarray  # operation per row
-    nbytes: np.ndarray  # bytes per row (NaN unknown)
-    ranks: np.ndarray  # rank per column
-    late: np.ndarray  # float ns [row, col]; NaN where the rank is not a participant
-    last: np.ndarray  # bool [row, col]: arrived last
-    level: np.ndarray  # int8 [row, col]: -1 absent, 0 on time ... 4 the latest
-
-
-def lateness_grid(late: pd.DataFrame) -> LatenessGrid:
-    """Pivot ``skew.lateness`` output into a grid with colour levels."""
-    order = late.groupby(S.COLL_KEY)[S.ARRIVAL].min().sort_values(kind="stable")
-    keys = order.index.to_numpy()
-    ranks = np.sort(late[S.RANK].unique())
-    row = pd.Index(keys).get_indexer(late[S.COLL_KEY])
-    col = pd.Index(ranks).get_indexer(late[S.RANK])
-    grid = np.full((len(keys), len(ranks)), np.nan)
-    grid[row, col] = late["late_ns"].to_numpy()
-    last = np.zeros(grid.shape, dtype=bool)
-    last[row, col] = late["last"].to_numpy()
-    first = late.drop_duplicates(S.COLL_KEY).set_index(S.COLL_KEY).reindex(keys)
-    worst = np.nanmax(grid) if np.isfinite(grid).any() else 0.0
-    level = np.full(grid.shape, -1, dtype=np.int8)
-    present = ~np.isnan(grid)
-    frac = np.where(present, grid, 0.0) / worst if worst > 0 else np.zeros(grid.shape)
-    level[present] = np.digitize(frac[present], LEVELS).astype(np.int8)
-    return LatenessGrid(
-        keys,
-        first[S.COLL_OP].astype(str).to_numpy(),
-        first[S.BYTES].to_numpy(dtype=float),
-        ranks,
-        grid,
-        last,
-        level,
-    )
 
 
 def _compact(ns: float) -> str:

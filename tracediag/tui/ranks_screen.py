@@ -7,8 +7,9 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from tracediag.skew import lateness_grid
 from tracediag.tui import targets
-from tracediag.tui.heatmap import HeatmapView, lateness_grid
+from tracediag.tui.heatmap import HeatmapView
 from tracediag.units import fmt_ns
 
 

@@ -1,0 +1,87 @@
+"""The HTML report as a person sees it: rendered by headless Chromium, checked on the screenshot's
+pixels (the critical-path bar's proportions, the straggler's row in the skew heatmap, the worst
+window). Skips where no Chromium is installed (``.ci/run`` installs Debian's)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from tests import gate_runs
+from tracediag.report import render
+from tracediag.report.svg import CATEGORY_COLORS
+
+run_dirs, diagnosed = gate_runs.run_dirs, gate_runs.diagnosed
+
+PIL = pytest.importorskip("PIL.Image")
+BROWSER = next(
+    (b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None
+)
+pytestmark = pytest.mark.skipif(BROWSER is None, reason="no headless Chromium installed")
+
+WIDTH, HEIGHT = 1000, 2600
+
+
+def _rgb(hex_color: str) -> np.ndarray:
+    return np.array([int(hex_color[i : i + 2], 16) for i in (1, 3, 5)], dtype=np.int16)
+
+
+def _mask(img: np.ndarray, hex_color: str, tol: int = 6) -> np.ndarray:
+    return (np.abs(img - _rgb(hex_color)) <= tol).all(axis=2)
+
+
+@pytest.fixture(scope="module")
+def shot(diagnosed, tmp_path_factory):
+    """(report, screenshot pixels [y, x, rgb]) of the straggler run's HTML report."""
+    diagnosis = diagnosed("straggler")
+    out = tmp_path_factory.mktemp("html")
+    page, png = out / "report.html", out / "report.png"
+    page.write_text(render(diagnosis, "html"))
+    subprocess.run(
+        [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+         "--force-device-scale-factor=1", f"--window-size={WIDTH},{HEIGHT}",
+         f"--screenshot={png}", page.as_uri()],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    img = np.asarray(PIL.open(png).convert("RGB"), dtype=np.int16)
+    assert img.shape[:2] == (HEIGHT, WIDTH)
+    return diagnosis.to_dict(), img
+
+
+def test_the_critical_path_bar_has_the_reports_proportions(shot):
+    report, img = shot
+    compute = _mask(img, CATEGORY_COLORS["compute"])
+    # the bar is the row where the compute colour runs longest (legend squares are 12 px)
+    y = int(np.argmax(compute.sum(axis=1)))
+    row = {c: int(_mask(img[y : y + 1], col).sum()) for c, col in CATEGORY_COLORS.items()}
+    drawn = sum(row.values())
+    assert drawn > 600  # the bar is 860 px wide; edges between parts are anti-aliased
+    total = report["critical_path"]["length_ns"]
+    for category, ns in report["critical_path"]["by_category_ns"].items():
+        assert row[category] / drawn == pytest.approx(ns / total, abs=0.01), category
+
+
+def test_the_straggler_is_the_dark_row_of_the_skew_heatmap(shot):
+    report, img = shot
+    latest = _mask(img, "#B71C1C")
+    ys, xs = np.nonzero(latest)
+    assert len(ys) > 200
+    # every "latest" cell lies in one rank's row (18 px high), and there are several of them
+    assert ys.max() - ys.min() < 18
+    assert len(np.unique(xs // 10)) >= 3
+    straggler = next(f for f in report["findings"] if f["code"] == "COL201")
+    assert straggler["ranks"] == [1]
+
+
+def test_the_worst_window_is_drawn_with_its_events(shot):
+    report, img = shot
+    shade = _mask(img, "#FFF3C4", tol=2)
+    assert shade.sum() > 20_000  # the findings timeline's and the worst window's shading
+    # the collective lane (cc stream) and DMA queues appear inside the worst window's picture
+    rows = np.nonzero(shade.any(axis=1))[0]
+    lower = img[rows[len(rows) // 2] :]
+    assert _mask(lower, CATEGORY_COLORS["collective_transfer"]).sum() > 50
+    assert _mask(lower, CATEGORY_COLORS["dma_transfer"]).sum() > 50

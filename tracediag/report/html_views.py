@@ -1,0 +1,152 @@
+"""What the HTML report draws from the trace itself, beyond the JSON report: the arrival skew
+per (collective instance x rank) and the events of the worst finding's window.
+
+Computed from a :class:`~tracediag.engine.Diagnosis`; a report rendered from a saved JSON report
+has no trace and draws without them. Everything is vectorised and capped, so the page stays
+small whatever the trace's size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tracediag import schema as S
+from tracediag.report.svg import CATEGORY_COLORS
+from tracediag.skew import LatenessGrid, lateness, lateness_grid
+
+#: At most this many collective instances (columns of the skew heatmap): the latest-arriving.
+MAX_INSTANCES = 120
+#: At most this many cells in the skew heatmap (each is an SVG rect with a tooltip).
+MAX_CELLS = 12_000
+#: At most this many lanes (tracks) in the worst window's timeline: the busiest.
+MAX_LANES = 24
+#: Horizontal resolution of the window timeline: events closer than a pixel merge into one bar.
+PLOT_PX = 640
+#: Context drawn on each side of the worst finding's window, as a fraction of its length.
+PAD = 0.15
+
+ENGINE_COLORS = {
+    "dma": CATEGORY_COLORS["dma_transfer"],
+    "cc": CATEGORY_COLORS["collective_transfer"],
+    "cpu": CATEGORY_COLORS["host"],
+}
+
+
+@dataclass
+class Lane:
+    """One track in the window: merged bars ``[x0, x1)`` in pixels, on-path bars beside."""
+
+    label: str
+    color: str
+    bars: np.ndarray  # int [n, 2] pixel spans of (merged) events
+    path_bars: np.ndarray  # int [m, 2] pixel spans of critical-path events
+    names: list[str]  # per bar: the event's name when the bar is one event, else "n events"
+
+
+@dataclass
+class WindowView:
+    """The worst finding's window with its ranks' busiest tracks."""
+
+    code: str
+    start_ns: int
+    end_ns: int
+    finding_start_ns: int
+    finding_end_ns: int
+    lanes: list[Lane]
+
+
+@dataclass
+class HtmlViews:
+    skew: LatenessGrid | None
+    window: WindowView | None
+
+
+def html_views(diagnosis) -> HtmlViews:
+    """The skew grid and the worst window of ``diagnosis`` (either may be ``None``)."""
+    return HtmlViews(_skew(diagnosis.trace), _window(diagnosis))
+
+
+def _skew(trace: S.Trace) -> LatenessGrid | None:
+    if trace.collectives is None or not len(trace.collectives):
+        return None
+    late = lateness(trace.collectives)
+    if not len(late):
+        return None
+    worst = late.groupby(S.COLL_KEY)["late_ns"].max()
+    cap = min(MAX_INSTANCES, max(8, MAX_CELLS // late[S.RANK].nunique()))
+    if len(worst) > cap:
+        keep = worst.nlargest(cap).index
+        late = late[late[S.COLL_KEY].isin(keep)]
+    return lateness_grid(late)
+
+
+def _merge(x0: np.ndarray, x1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge pixel spans sorted by ``x0`` that touch into runs: (spans [k, 2], events per run)."""
+    if not len(x0):
+        return np.empty((0, 2), dtype=np.int64), np.empty(0, dtype=np.int64)
+    reach = np.maximum.accumulate(x1)
+    new_run = np.ones(len(x0), dtype=bool)
+    new_run[1:] = x0[1:] > reach[:-1]
+    first = np.flatnonzero(new_run)
+    last = np.r_[first[1:], len(x0)] - 1
+    return np.stack([x0[first], reach[last]], axis=1), last - first + 1
+
+
+def _window(diagnosis) -> WindowView | None:
+    timed = [f for f in diagnosis.findings if f.end_ns > f.start_ns]
+    if not timed:
+        return None
+    worst = timed[0]
+    trace = diagnosis.trace
+    pad = int((worst.end_ns - worst.start_ns) * PAD)
+    seg = diagnosis.analysis.segments
+    # context on both sides, but not beyond the critical path (the step)
+    t0 = max(worst.start_ns - pad, int(seg["start_ns"].min()))
+    t1 = min(worst.end_ns + pad, int(seg["end_ns"].max()))
+    ranks = list(worst.ranks)[:4] or list(trace.ranks)[:4]
+    ev = trace.events
+    ts = ev[S.TS].to_numpy()
+    end = ts + ev[S.DUR].to_numpy()
+    graph_kind = ev[S.KIND].to_numpy() != "marker"
+    inside = (end > t0) & (ts < t1) & np.isin(ev[S.RANK].to_numpy(), ranks) & graph_kind
+    rows = np.flatnonzero(inside)
+    if not len(rows):
+        return None
+    on_path = np.zeros(len(ev), dtype=bool)
+    seg_events = seg["event"].to_numpy()
+    on_path[seg_events[seg_events >= 0]] = True
+
+    track = ev[S.TRACK].to_numpy()[rows]
+    span = max(t1 - t0, 1)
+    x0 = np.floor((np.clip(ts[rows], t0, t1) - t0) * PLOT_PX / span).astype(np.int64)
+    x1 = np.maximum(np.ceil((np.clip(end[rows], t0, t1) - t0) * PLOT_PX / span), x0 + 1)
+    x1 = x1.astype(np.int64)
+    busy = np.bincount(track, weights=(x1 - x0), minlength=len(trace.tracks))
+    lanes_tracks = [int(t) for t in np.argsort(-busy, kind="stable")[:MAX_LANES] if busy[t] > 0]
+    tracks = trace.tracks
+    names = ev[S.NAME].to_numpy()[rows]
+    lanes = []
+    for t in sorted(lanes_tracks, key=lambda t: (int(tracks.at[t, S.RANK]), t)):
+        mine = np.flatnonzero(track == t)
+        mine = mine[np.argsort(x0[mine], kind="stable")]
+        bars, counts = _merge(x0[mine], x1[mine])
+        starts = np.r_[0, np.cumsum(counts)[:-1]]
+        labels = [
+            str(names[mine[s]]) if n == 1 else f"{n} events"
+            for s, n in zip(starts, counts, strict=True)  # a loop over bars (<= PLOT_PX)
+        ]
+        path = mine[on_path[rows[mine]]]
+        path_bars, _ = _merge(x0[path], x1[path])
+        engine = str(tracks.at[t, S.ENGINE])
+        lanes.append(
+            Lane(
+                f"rank {int(tracks.at[t, S.RANK])} {tracks.at[t, S.TRACK_NAME]}",
+                ENGINE_COLORS.get(engine, CATEGORY_COLORS["compute"]),
+                bars,
+                path_bars,
+                labels,
+            )
+        )
+    return WindowView(worst.code, t0, t1, worst.start_ns, worst.end_ns, lanes)
