@@ -22,7 +22,6 @@ from tracediag.skew import lateness_grid
 from tracediag.tui import event_info, targets
 from tracediag.tui.findings_query import FindingsQuery
 from tracediag.tui.session import (
-    DIAGNOSE_STAGE,
     INDEX_STAGE,
     Session,
     error_line,
@@ -197,7 +196,9 @@ def test_loading_announces_every_stage_in_order():
     assert planned == [
         f"reading {STRAGGLER} (neuron-parquet)",
         "aligning clocks",
-        DIAGNOSE_STAGE,
+        "building the dependency graph",
+        "walking the critical path",
+        "running the rules",
         INDEX_STAGE,
     ]
     seen: list[str] = []

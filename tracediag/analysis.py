@@ -5,6 +5,7 @@ Built once per diagnosis by :func:`analyse`; rules never recompute any of it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -120,11 +121,24 @@ def step_times(graph: Graph) -> dict[int, int]:
     return {int(r): int(row.e - row.s) for r, row in g.iterrows()}
 
 
-def analyse(trace: S.Trace, hardware_overrides: dict | None = None) -> Analysis:
-    """Build the graph, walk the critical path and compute breakdowns for ``trace``."""
+#: The stages of :func:`analyse`, announced through its ``progress`` callback.
+GRAPH_STAGE = "building the dependency graph"
+PATH_STAGE = "walking the critical path"
+
+
+def analyse(
+    trace: S.Trace,
+    hardware_overrides: dict | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Analysis:
+    """Build the graph, walk the critical path and compute breakdowns for ``trace``;
+    ``progress`` is called with each stage's label as it starts."""
+    announce = progress or (lambda _stage: None)
+    announce(GRAPH_STAGE)
     inferred = wait_edges(trace)
     graph = build_graph(trace, inferred)
     own, gapc = node_categories(graph, trace)
+    announce(PATH_STAGE)
     path = walk(graph, trace, (own, gapc))
     hardware = {
         r: hw.resolve(m.hardware, m.format, hardware_overrides) for r, m in trace.meta.items()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from tracediag import __version__
 from tracediag import schema as S
-from tracediag.analysis import Analysis, analyse
+from tracediag.analysis import GRAPH_STAGE, PATH_STAGE, Analysis, analyse
 from tracediag.config import Config
 from tracediag.critical_path import CATEGORIES
 from tracediag.durations import layer_durations, op_durations
@@ -107,17 +108,26 @@ class Diagnosis:
         }
 
 
-def diagnose(trace: S.Trace, config: Config | None = None) -> Diagnosis:
-    """Analyse ``trace`` and run every selected rule; findings sorted by saving."""
+#: The stages of :func:`diagnose`, in order, as its ``progress`` callback announces them.
+DIAGNOSE_STAGES = (GRAPH_STAGE, PATH_STAGE, "running the rules")
+
+
+def diagnose(
+    trace: S.Trace, config: Config | None = None, progress: Callable[[str], None] | None = None
+) -> Diagnosis:
+    """Analyse ``trace`` and run every selected rule; findings sorted by saving. ``progress``
+    is called with each of :data:`DIAGNOSE_STAGES` as it starts."""
     config = config or Config()
     try:
-        analysis = analyse(trace, config.hardware)
+        analysis = analyse(trace, config.hardware, progress)
     except ValueError as exc:  # bad hardware overrides
         raise UsageError(f"{config.source or 'config'}: {exc}") from None
     rules = all_rules()
     for code in list(config.rule_options) + list(config.severity):
         if code not in rules:
             raise UsageError(f"{config.source or 'config'}: no rule {code}")
+    if progress:
+        progress(DIAGNOSE_STAGES[-1])
     findings: list[Finding] = []
     run = []
     for code, cls in rules.items():

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from tracediag.config import Config
-from tracediag.engine import Diagnosis, diagnose
+from tracediag.engine import DIAGNOSE_STAGES, Diagnosis, diagnose
 from tracediag.errors import TracediagError
 from tracediag.load import discover, load
 from tracediag.tui.timeline_index import TimelineIndex
@@ -24,7 +24,6 @@ from tracediag.tui.timeline_state import track_ranks
 #: Called with a stage's label when it starts; the previous stage is then complete.
 StageCallback = Callable[[str], None]
 
-DIAGNOSE_STAGE = "building the graph, walking the critical path, running the rules"
 INDEX_STAGE = "indexing the timeline"
 
 
@@ -83,16 +82,22 @@ def planned_stages(paths: Sequence[str | Path], align: bool) -> list[str]:
     stages = [f"reading {path} ({reader.FORMAT})" for path, reader in found]
     if align:
         stages.append("aligning clocks")
-    return [*stages, DIAGNOSE_STAGE, INDEX_STAGE]
+    return [*stages, *DIAGNOSE_STAGES, INDEX_STAGE]
 
 
 def open_session(
-    paths: Sequence[str | Path], config: Config, align: bool, on_stage: StageCallback
+    paths: Sequence[str | Path],
+    config: Config,
+    align: bool,
+    on_stage: StageCallback,
+    reading: dict | None = None,
 ) -> Session:
-    """Load ``paths``, diagnose them and index the timeline, announcing each stage."""
-    trace = load(paths, align=align, progress=on_stage)
-    on_stage(DIAGNOSE_STAGE)
-    diagnosis = diagnose(trace, config)
+    """Load ``paths``, diagnose them and index the timeline, announcing each stage.
+
+    ``reading``: ``load()``'s cache, jobs and scheduler keywords.
+    """
+    trace = load(paths, align=align, progress=on_stage, **(reading or {}))
+    diagnosis = diagnose(trace, config, progress=on_stage)
     on_stage(INDEX_STAGE)
     return Session(diagnosis)
 
