@@ -1,7 +1,8 @@
 """SVG snapshots of the main views at 80x24 on the straggler sample (pytest-textual-snapshot).
 
 Deterministic: the input is loaded by a relative path from the repository root (no absolute
-path on screen), no clock is shown and no text input has focus (no blinking cursor).
+path on screen), no clock is shown, no text input has focus (no blinking cursor), and colour
+is on whatever the environment says (``NO_COLOR`` would change every snapshot).
 Update after an intended change with ``pytest tests/test_tui_snapshots.py --snapshot-update``
 and look at the SVGs before committing them.
 """
@@ -20,6 +21,11 @@ pytest.importorskip("pytest_textual_snapshot")
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE = (80, 24)
+
+
+@pytest.fixture(autouse=True)
+def _colour(monkeypatch):
+    monkeypatch.delenv("NO_COLOR", raising=False)
 
 
 @pytest.fixture(scope="module")
