@@ -93,6 +93,15 @@ def heatmap(
     return _svg(left + len(columns) * cell_w, top + len(rows) * row_h + 4, body, "per-rank heatmap")
 
 
+def _time_axis(left, plot, axis_y, start, span, x, fmt, prefix: str = "") -> list[str]:
+    """A horizontal axis under a timeline with five ticks labelled by the time since ``start``."""
+    out = [f'<line x1="{left}" y1="{axis_y}" x2="{left + plot}" y2="{axis_y}" stroke="#555"/>']
+    for k in range(5):
+        t = start + span * k // 4
+        out.append(_text(x(t), axis_y + 16, prefix + fmt(t - start), 11, "middle"))
+    return out
+
+
 def timeline(
     start: int, end: int, lanes: list[tuple[str, int, int, str]], shade: tuple[int, int] | None,
     fmt, width: int = 860,
@@ -120,11 +129,7 @@ def timeline(
             f'<rect x="{x(s):.1f}" y="{y + 3}" width="{max(x(e) - x(s), 2):.1f}" height="{lane_h - 6}" '
             f'fill="{color}"><title>{escape(label)}</title></rect>'
         )
-    axis_y = height - 22
-    body.append(f'<line x1="{left}" y1="{axis_y}" x2="{left + plot}" y2="{axis_y}" stroke="#555"/>')
-    for k in range(5):
-        t = start + span * k // 4
-        body.append(_text(x(t), axis_y + 16, fmt(t - start), 11, "middle"))
+    body += _time_axis(left, plot, height - 22, start, span, x, fmt)
     return _svg(width, height, body, "timeline")
 
 
@@ -238,9 +243,5 @@ def window_lanes(view, fmt, width: int = 860) -> str:
                 f'<rect x="{left + a * scale:.1f}" y="{y + lane_h - 6}" '
                 f'width="{max((b - a) * scale, 1):.1f}" height="3" fill="#111"/>'
             )
-    axis_y = height - 22
-    body.append(f'<line x1="{left}" y1="{axis_y}" x2="{left + plot}" y2="{axis_y}" stroke="#555"/>')
-    for k in range(5):
-        t = view.start_ns + span * k // 4
-        body.append(_text(x(t), axis_y + 16, "+" + fmt(t - view.start_ns), 11, "middle"))
+    body += _time_axis(left, plot, height - 22, view.start_ns, span, x, fmt, "+")
     return _svg(width, height, body, "worst window timeline")
