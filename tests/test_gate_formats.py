@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import jsonschema
+import junitparser
 import orjson
 import pytest
 
@@ -67,7 +68,20 @@ def assert_junit(xml: str) -> ET.Element:
                 assert f.get("message") and f.get("type") and f.text
         total, failed = total + len(cases), failed + failures
     assert (int(root.get("tests")), int(root.get("failures"))) == (total, failed)
+    _read_with_junitparser(xml, total, failed)
     return root
+
+
+def _read_with_junitparser(xml: str, total: int, failed: int) -> None:
+    """The same document as a JUnit reader (junitparser) sees it: same counts, failures typed."""
+    doc = junitparser.JUnitXml.fromstring(xml)
+    cases = [case for suite in doc for case in suite]
+    assert len(cases) == total
+    failures = [r for case in cases for r in case.result if isinstance(r, junitparser.Failure)]
+    assert len(failures) == failed
+    assert all(f.message and f.type and f.text for f in failures)
+    assert sum(suite.tests for suite in doc) == total
+    assert sum(suite.failures for suite in doc) == failed
 
 
 def test_junit_one_testcase_per_rule_and_scope(reports):
