@@ -6,7 +6,7 @@ import numpy as np
 
 from tracediag import schema as S
 from tracediag.findings import Severity
-from tracediag.peers import interval_overlap
+from tracediag.peers import device_ranks, interval_overlap
 from tracediag.rule import Rule
 from tracediag.units import fmt_ns
 
@@ -46,7 +46,7 @@ class ComputeUnderutilization(Rule):
 
     def check(self, ctx, opts):
         seg = ctx.segments
-        for rank in ctx.trace.ranks:
+        for rank in sorted(device_ranks(ctx.trace)):  # a host-only rank has no engine to idle
             on = seg[seg["rank"] == rank]
             if not len(on):
                 continue

@@ -8,7 +8,7 @@ import pandas as pd
 from tracediag import graph as G
 from tracediag import schema as S
 from tracediag.findings import Severity
-from tracediag.peers import interval_overlap
+from tracediag.peers import device_ranks, interval_overlap
 from tracediag.replay import WhatIf
 from tracediag.rule import Rule, severity_by_saving
 from tracediag.units import fmt_ns
@@ -42,7 +42,9 @@ class HostBoundGaps(Rule):
 
     def check(self, ctx, opts):
         seg = ctx.segments
-        host = seg[seg["category"].astype(str) == "host"]
+        # host time on the path of a rank without a device is its work, not a device's wait
+        devices = list(device_ranks(ctx.trace))
+        host = seg[(seg["category"].astype(str) == "host") & seg["rank"].isin(devices)]
         if not len(host) or ctx.pct(host["dur_ns"].sum()) < opts["min_impact_pct"]:
             return
         nodes, typical = _host_stalls(ctx, opts["outlier_factor"])

@@ -34,3 +34,18 @@ def test_consistent_instances_are_left_alone():
     assert split_mismatched(trace) == 0
     late = lateness(trace.collectives).set_index(S.RANK)
     assert late.loc[1, "late_ns"] == 3_000 and bool(late.loc[1, "last"])
+
+
+def test_a_single_rank_job_has_no_skew_and_the_straggler_rule_stays_quiet():
+    # A one-process JAX profile of 4 devices holds collectives no other rank saw (found on a
+    # real CPU profile: lateness returned no 'synchronous' column and COL201 raised KeyError).
+    from tracediag.engine import diagnose
+
+    solo = RankSpec(0)
+    for k in range(3):
+        c = solo.add("all-reduce", "cc", "collective", 10_000 * k, 10_000 * k + 4_000)
+        solo.collective(c, f"ar{k}", 10_000 * k)
+    trace = build(solo)
+    late = lateness(trace.collectives)
+    assert len(late) == 0 and {"late_ns", "last", "synchronous"} <= set(late.columns)
+    assert not [f for f in diagnose(trace).findings if f.code == "COL201"]

@@ -217,3 +217,11 @@ def excess_over_peers(trace: S.Trace, ordinals: np.ndarray) -> np.ndarray:
     dur = ev[S.DUR].to_numpy()
     med = median_of_others(key, dur)
     return np.where(np.isnan(med), 0, dur - np.nan_to_num(med)).astype(np.int64)
+
+
+def device_ranks(trace: S.Trace) -> set[int]:
+    """Ranks with events on a device (an engine, DMA queue, collective core or GPU stream):
+    a host-only profile (a JAX CPU run, a CPU thread trace) has no device to leave idle."""
+    device_track = trace.tracks[S.ENGINE].astype(str).to_numpy() != "cpu"
+    on_device = device_track[trace.events[S.TRACK].to_numpy()]
+    return {int(r) for r in np.unique(trace.events[S.RANK].to_numpy()[on_device])}

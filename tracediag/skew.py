@@ -24,7 +24,11 @@ def lateness(coll: pd.DataFrame) -> pd.DataFrame:
     n = c.groupby(S.COLL_KEY)[S.RANK].transform("size")
     c = c.loc[n >= 2].copy()
     if not len(c):
-        return c.assign(late_ns=pd.Series(dtype="int64"), last=pd.Series(dtype=bool))
+        return c.assign(
+            late_ns=pd.Series(dtype="int64"),
+            last=pd.Series(dtype=bool),
+            synchronous=pd.Series(dtype=bool),
+        )
     med_other = median_of_others(c[S.COLL_KEY].to_numpy(), c[S.ARRIVAL].to_numpy())
     c["late_ns"] = (c[S.ARRIVAL].to_numpy() - med_other).round().astype(np.int64)
     last_arrival = c.groupby(S.COLL_KEY)[S.ARRIVAL].transform("max").to_numpy()
