@@ -12,6 +12,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from tracediag import dtypes
 from tracediag import schema as S
 from tracediag.builder import TRACK_DEVICE, TRACK_ENGINE, TRACK_KIND_COL, TRACK_LABEL
 from tracediag.parsers.neuron_common import (
@@ -97,8 +98,25 @@ def instruction_events(df: pd.DataFrame, device: str) -> pd.DataFrame:
             S.OP: labels(column(df, "hlo_name"), n),
             S.SOURCE: labels(column(df, "nki_source_location"), n),
             S.SRC_ID: np.where(valid, ids, -1),
+            S.DTYPE: instruction_dtypes(df),
+            S.TRANSPOSE_FLOPS: floats(column(df, "flops_transpose"), n),
         },
     )  # fmt: skip
+
+
+def instruction_dtypes(df: pd.DataFrame) -> pd.Categorical:
+    """Per instruction: the dtype its ``operands`` or ``instruction_chain`` name, unless
+    ``adjusted_flops`` against ``raw_flops`` shows the FP32 or FP8 rate (the rate is what the
+    time depends on); the ratio alone where the text names none (see :mod:`tracediag.dtypes`)."""
+    n = len(df)
+    rate = dtypes.from_flops_ratio(
+        floats(column(df, "raw_flops"), n), floats(column(df, "adjusted_flops"), n)
+    )
+    named = dtypes.from_operands(labels(column(df, "operands"), n))
+    named = dtypes.fill(named, dtypes.from_operands(labels(column(df, "instruction_chain"), n)))
+    decisive = np.isin(rate.codes, [dtypes.DTYPES.index("fp32"), dtypes.DTYPES.index("fp8")])
+    codes = np.where(decisive | (named.codes < 0), rate.codes, named.codes)
+    return pd.Categorical.from_codes(codes, categories=dtypes.DTYPES)
 
 
 def dma_events(df: pd.DataFrame, device: str) -> pd.DataFrame:

@@ -9,7 +9,8 @@ carry the rank: ``rank_3.json``, ``profile_rank_3.json``):
 - ``dma``: ``subgroup`` (the queue), ``transfer_size``, ``timestamp``, ``duration``, optional
   ``id`` and, when present, ``trigger_id`` / ``inst_dep_ids`` naming the instructions that
   triggered it (-> ``dma_trigger`` edges);
-- ``summary`` (one object) -> ``meta.summary``; ``metadata`` -> ``meta.info``;
+- ``summary`` (one object) -> ``meta.summary``; ``metadata`` -> ``meta.info``; ``error`` (rows
+  with the Parquet ``Error`` fields, see :mod:`neuron_errors`) -> ``meta.info["device_errors"]``;
 - ``cc_op``: **our own extension, not a Neuron table**: rows with the field names of the Explorer
   Parquet ``CcOp`` table, mapped like it; its times are in the file's time unit like the rest.
 
@@ -35,6 +36,7 @@ from tracediag.builder import RankPart
 from tracediag.errors import TraceInputError
 from tracediag.fileio import head
 from tracediag.parsers.neuron_common import column, device_of, ints, numeric_summary, rank_from_name
+from tracediag.parsers.neuron_errors import ERROR_COLUMNS, record_errors
 from tracediag.parsers.neuron_flow import EventIds
 from tracediag.parsers.neuron_json_tables import (
     detect_unit,
@@ -50,7 +52,7 @@ from tracediag.parsers.neuron_part import build_part, empty_part
 FORMAT = "neuron-json"
 
 LEGACY_TABLES = ("instruction", "dma", "summary")
-_READ_TABLES = ("instruction", "dma", "summary", "metadata", "cc_op")
+_READ_TABLES = ("instruction", "dma", "summary", "metadata", "cc_op", "error")
 _SNIFF_BYTES = 1 << 16
 _LEGACY_KEY = re.compile(rb'"(?:instruction|dma|summary)"\s*:\s*\[')
 _FIRST_VALUE_IS_OBJECT = re.compile(rb'^\{\s*"(?:[^"\\]|\\.)*"\s*:\s*\{')
@@ -151,6 +153,7 @@ def _legacy_part(doc: dict, path: Path, meta: S.RankMeta) -> RankPart:
     divisor = detect_unit(instr, meta.summary.get("total_time"), meta)
     for frame in (instr, dma, cc):
         to_ns(frame, divisor)
+    record_errors(_error_table(doc, path), meta, divisor)
     return build_part(
         meta,
         device_of(metadata),
@@ -158,6 +161,19 @@ def _legacy_part(doc: dict, path: Path, meta: S.RankMeta) -> RankPart:
         {"instruction": "instruction", "dma": "dma", "cc": "cc_op"},
         lambda ids, first: _explicit_edges(instr, dma, first, ids, path, meta),
     )
+
+
+def _error_table(doc: dict, path: Path) -> pd.DataFrame | None:
+    rows = doc.get("error")
+    if rows is None:
+        return None
+    try:
+        if not isinstance(rows, list):
+            raise TypeError
+        frame = pd.DataFrame(rows, columns=ERROR_COLUMNS)
+    except (TypeError, ValueError, AttributeError):
+        raise TraceInputError(path, "table 'error' is not a list of objects") from None
+    return frame.dropna(axis=1, how="all")
 
 
 def _explicit_edges(

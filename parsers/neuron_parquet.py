@@ -11,7 +11,8 @@ any names). Mappings (field names as in schema reference 7.4.0):
 - ``Flow`` -> edges (see :mod:`neuron_flow`); a CcOp that no Flow edge reaches gets an edge from
   the instruction that triggered it (same engine, start = ``trigger_start_ts``);
 - ``Summary`` -> ``meta.summary``; ``Metadata`` -> ``meta.info``; ``ActiveTime`` busy time per
-  engine and the ``SemaphoreUpdate`` row count -> ``meta.info``.
+  engine, the ``SemaphoreUpdate`` row count and the ``Error`` rows by kind -> ``meta.info``;
+- instruction dtypes from ``adjusted_flops`` against ``raw_flops``, else from ``operands``.
 
 Ranks come from the directory name (``rank_3``, ``profile_rank_3``, ``rank3``), else from
 Metadata ``worker_gid``, else (inside a parent) from the directories' natural order, else rank 0
@@ -38,6 +39,7 @@ from tracediag.parsers.neuron_common import (
     rank_from_name,
     schema_warning,
 )
+from tracediag.parsers.neuron_errors import ERROR_COLUMNS, record_errors
 from tracediag.parsers.neuron_events import times
 from tracediag.parsers.neuron_flow import flow_edges
 from tracediag.parsers.neuron_parquet_tables import (
@@ -54,7 +56,10 @@ FORMAT = "neuron-parquet"
 INSTRUCTION_COLUMNS = [
     "start_ts", "end_ts", "duration_ns", "engine", "pcore_idx", "opcode", "id", "hlo_name", "layer",
     "nki_source_location", "evt_wait_time_ns", "raw_flops", "hbm_read_bytes", "hbm_write_bytes",
+    "adjusted_flops", "flops_transpose",
 ]  # fmt: skip
+#: Read only when ``adjusted_flops`` cannot tell the dtypes (a long text column per instruction).
+DTYPE_TEXT_COLUMNS = ["operands", "instruction_chain"]
 DMA_COLUMNS = [
     "start_ts", "end_ts", "duration_ns", "id", "packet_aggregation_id", "engine_idx",
     "transfer_bytes", "variable", "queue_name",
@@ -143,6 +148,7 @@ def _read_profile(path: Path, rank: int, rank_source: str) -> RankPart:
     meta.summary = numeric_summary(summary)
     meta.count("Summary: rows after the first ignored", max(summary_rows - 1, 0))
     meta.info["semaphore_update_count"] = row_count(files.get("SemaphoreUpdate"))
+    record_errors(read_table(files.get("Error"), ERROR_COLUMNS), meta)
     active = read_table(files.get("ActiveTime"), ACTIVE_COLUMNS, ("engine", "start_ts"))
     if active is not None:
         meta.info["active_time_ns"] = active_time_per_engine(active)
@@ -171,6 +177,11 @@ def _timed_table(
 
 def _events_part(files: dict, meta: S.RankMeta, device: str) -> RankPart:
     instr = _timed_table(files, "Instruction", INSTRUCTION_COLUMNS, ("start_ts", "engine"))
+    if instr is not None and (
+        "adjusted_flops" not in instr or instr["adjusted_flops"].isna().all()
+    ):
+        texts = read_table(files["Instruction"], DTYPE_TEXT_COLUMNS)
+        instr = instr.join(texts) if texts is not None else instr
     dma_table = "DmaPacket" if "DmaPacket" in files else "DmaPacketAggregated"
     dma = _timed_table(files, dma_table, DMA_COLUMNS, ("start_ts",))
     if dma is not None and dma_table == "DmaPacketAggregated":

@@ -193,7 +193,7 @@ def _concat_events(frames: list[pd.DataFrame]) -> pd.DataFrame:
     """Concatenate event frames, unioning categories so categorical columns stay categorical."""
     if not frames:
         return S.empty_frame({**S.EVENT_REQUIRED})
-    cat_cols = {S.KIND, S.NAME, S.LAYER, S.OP, S.SOURCE}
+    cat_cols = {S.KIND, S.NAME, S.LAYER, S.OP, S.SOURCE, S.DTYPE}
     cols = []
     for f in frames:
         cols += [c for c in f.columns if c not in cols]

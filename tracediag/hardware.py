@@ -21,6 +21,12 @@ class Hardware:
     link_bw: float = 0.0  # collective bandwidth per rank (bus bandwidth units)
     dma_queue_bw: float = 0.0  # one DMA queue
 
+    def rate_ratio(self, slow: str, fast: str) -> float | None:
+        """Peak of ``slow`` over peak of ``fast`` (0.25 for fp32 against bf16 on trn1); None
+        when either peak is unknown."""
+        a, b = self.flops.get(slow), self.flops.get(fast)
+        return a / b if a and b else None
+
     @property
     def peak_flops(self) -> float:
         """The BF16 peak (the usual MFU denominator), else the highest listed."""
@@ -31,28 +37,32 @@ _T = 1e12
 _G = 1e9
 PROFILES: dict[str, Hardware] = {
     # NeuronCore-v2: trn1/inf2 devices hold 2 cores; 190 TFLOP/s BF16 and 820 GB/s HBM per device.
+    # FP16 runs at the BF16 rate, FP32 at a quarter of it (AWS Neuron docs, "Trainium
+    # architecture": 190 TFLOP/s FP16/BF16, 47.5 TFLOP/s FP32 per device).
     "trn1": Hardware(
         "trn1 (NeuronCore-v2)",
-        {"bf16": 95 * _T, "fp8": 95 * _T, "fp32": 23.75 * _T},
+        {"bf16": 95 * _T, "fp16": 95 * _T, "fp8": 95 * _T, "fp32": 23.75 * _T},
         hbm_bw=410 * _G,
         link_bw=96 * _G,
         dma_queue_bw=27 * _G,
     ),
     "inf2": Hardware(
         "inf2 (NeuronCore-v2)",
-        {"bf16": 95 * _T, "fp8": 95 * _T, "fp32": 23.75 * _T},
+        {"bf16": 95 * _T, "fp16": 95 * _T, "fp8": 95 * _T, "fp32": 23.75 * _T},
         hbm_bw=410 * _G,
         link_bw=96 * _G,
         dma_queue_bw=27 * _G,
     ),
-    # NeuronCore-v3: a trn2 device holds 8 cores; 667 TFLOP/s BF16, 1.3 PFLOP/s FP8, 2.9 TB/s HBM.
+    # NeuronCore-v3: a trn2 device holds 8 cores; 667 TFLOP/s BF16, 1.3 PFLOP/s FP8, 2.9 TB/s HBM
+    # (AWS Neuron docs, "Trainium2 architecture"); FP32 at about a quarter of the BF16 rate.
     "trn2": Hardware(
         "trn2 (NeuronCore-v3)",
-        {"bf16": 83.4 * _T, "fp8": 166.8 * _T, "fp32": 22.9 * _T},
+        {"bf16": 83.4 * _T, "fp16": 83.4 * _T, "fp8": 166.8 * _T, "fp32": 22.9 * _T},
         hbm_bw=362 * _G,
         link_bw=128 * _G,
         dma_queue_bw=30 * _G,
     ),
+    # NVIDIA A100 datasheet (dense): FP32 is the CUDA-core rate, TF32/BF16 the tensor cores'.
     "a100": Hardware(
         "NVIDIA A100 SXM",
         {"bf16": 312 * _T, "fp16": 312 * _T, "tf32": 156 * _T, "fp32": 19.5 * _T},
@@ -60,23 +70,31 @@ PROFILES: dict[str, Hardware] = {
         link_bw=300 * _G,
         dma_queue_bw=25 * _G,
     ),
+    # NVIDIA H100/H200 datasheets (SXM, dense): TF32 494.7, BF16 989, FP8 1979, FP32 67 TFLOP/s.
     "h100": Hardware(
         "NVIDIA H100 SXM",
-        {"bf16": 989 * _T, "fp16": 989 * _T, "fp8": 1979 * _T, "fp32": 67 * _T},
+        {"bf16": 989 * _T, "fp16": 989 * _T, "fp8": 1979 * _T, "tf32": 494.7 * _T, "fp32": 67 * _T},
         hbm_bw=3350 * _G,
         link_bw=450 * _G,
         dma_queue_bw=55 * _G,
     ),
     "h200": Hardware(
         "NVIDIA H200 SXM",
-        {"bf16": 989 * _T, "fp16": 989 * _T, "fp8": 1979 * _T, "fp32": 67 * _T},
+        {"bf16": 989 * _T, "fp16": 989 * _T, "fp8": 1979 * _T, "tf32": 494.7 * _T, "fp32": 67 * _T},
         hbm_bw=4800 * _G,
         link_bw=450 * _G,
         dma_queue_bw=55 * _G,
     ),
+    # AMD Instinct MI300X datasheet (dense): TF32 653.7, FP32 matrix 163.4 TFLOP/s.
     "mi300x": Hardware(
         "AMD Instinct MI300X",
-        {"bf16": 1307 * _T, "fp16": 1307 * _T, "fp8": 2615 * _T, "fp32": 163.4 * _T},
+        {
+            "bf16": 1307 * _T,
+            "fp16": 1307 * _T,
+            "fp8": 2615 * _T,
+            "tf32": 653.7 * _T,
+            "fp32": 163.4 * _T,
+        },
         hbm_bw=5300 * _G,
         link_bw=448 * _G,
         dma_queue_bw=55 * _G,

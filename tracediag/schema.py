@@ -37,6 +37,7 @@ SOURCE = "source_location"
 STEP = "step"
 COLL_KEY = "coll_key"
 SRC_ID = "src_id"  # the event's id in its source format (instruction id, correlation id...)
+TRANSPOSE_FLOPS = "transpose_flops"  # FLOPs of the event spent on transposes (Neuron tensor engine)
 
 #: Event kinds. ``marker`` events (annotations, CPU op ranges, steps) are kept for drill-down
 #: but are not nodes of the dependency graph.
@@ -60,6 +61,10 @@ EVENT_OPTIONAL = {
     STEP: "float64",
     COLL_KEY: "int64",
     SRC_ID: "int64",  # informational; -1 when the format gives none
+    # DTYPE (defined with the collectives): the event's numeric format, "bf16", "fp32"... as
+    # tracediag.dtypes normalises it; missing when unknown.
+    "dtype": "category",
+    TRANSPOSE_FLOPS: "float64",
 }
 
 # ---- tracks -------------------------------------------------------------------------------

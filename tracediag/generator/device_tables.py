@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from tracediag.generator import hardware as hw
+from tracediag.generator.precision import error_rows, instruction_dtype_fields
 from tracediag.generator.program import CC, DMA, INSTR
 from tracediag.generator.simulate import DeviceRun
 
@@ -41,6 +42,7 @@ class RankTables:
     cc_ops: pd.DataFrame
     flows: pd.DataFrame
     instruction_deps: pd.Series  # instruction id -> list of instruction/DMA ids it waits on
+    errors: pd.DataFrame | None = None  # the Error table (numerical_error faults), else None
 
 
 def node_ids(run: DeviceRun) -> np.ndarray:
@@ -75,6 +77,7 @@ def rank_tables(run: DeviceRun, rank: int, offset: int) -> RankTables:
             }
         ),
         instruction_deps=_instruction_deps(p, ids, src, dst),
+        errors=error_rows(run, rank, end),
     )
 
 
@@ -88,6 +91,7 @@ def _instructions(run, rank, start, end, ids, src, dst) -> pd.DataFrame:
     trig_start = pd.Series(start[dst[dma]], dtype="Int64").groupby(src[dma]).min().reindex(rows)
     trig_end = pd.Series(end[dst[dma]], dtype="Int64").groupby(src[dma]).max().reindex(rows)
     matmul = opcode == "MATMUL"
+    operands, adjusted_flops = instruction_dtype_fields(run, rank, rows)
     op = pd.Series(p.hlo_name[rows]).str.rsplit(".", n=1).str[0]
     chain = np.where(
         opcode == "PSEUDO_TRIGGER_COLLECTIVE",
@@ -103,7 +107,7 @@ def _instructions(run, rank, start, end, ids, src, dst) -> pd.DataFrame:
             "timeline_track": pd.Series(engine).map(TRACKS),
             "pcore_idx": 0,
             "opcode": opcode,
-            "operands": p.operands[rows],
+            "operands": operands,
             "compiler_opcode": opcode,
             "id": ids[rows],
             "pc": pd.Series(engine).groupby(engine).cumcount().to_numpy() * 16,
@@ -123,7 +127,7 @@ def _instructions(run, rank, start, end, ids, src, dst) -> pd.DataFrame:
             "tensor_instruction_type": np.where(matmul, "REGULAR", None),
             "tensor_elements": np.where(matmul, p.elements[rows], 0),
             "raw_flops": p.flops[rows],
-            "adjusted_flops": p.flops[rows],  # bf16 already: no adjustment
+            "adjusted_flops": adjusted_flops,  # BF16-equivalent: x4 for an FP32 matmul
             "scalar_activation_fn": op.map(ACTIVATION_FN).where(engine == "scalar", None),
         }
     )

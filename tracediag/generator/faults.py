@@ -24,6 +24,8 @@ FAMILIES = {
     "straggler": "collective",
     "engine_bottleneck": "compute",
     "host_gaps": "host",
+    "fp32_matmul": "precision",
+    "numerical_error": "precision",
 }
 
 
@@ -50,6 +52,10 @@ class Fault:
     - ``engine_bottleneck``: every instruction of ``engines`` takes ``factor`` x longer.
     - ``host_gaps``: (GPU flavour only) the CPU launch thread stalls ``stall_ns`` before launching
       the first op of ``layers[0]`` in ``phase``.
+    - ``fp32_matmul``: the tensor-engine MATMULs of ``layers`` (forward and backward) run in FP32:
+      ``factor`` x longer (the hardware's bf16/fp32 peak ratio); the tables say fp32.
+    - ``numerical_error``: the MATMULs of ``layers`` in ``phase`` (every phase when empty)
+      produce NaN: the device's ``Error`` table gets a row at the end of each; no time changes.
     """
 
     kind: str
@@ -113,19 +119,24 @@ def node_mask(fault: Fault, program: Program) -> np.ndarray:
     if fault.kind in ("slow_dma", "fragmented_dma"):
         mask = (program.kind == DMA) & (program.dma_key == fault.target_key())
         return mask & (engine == fault.queue) if fault.kind == "slow_dma" else mask
-    if fault.kind in ("straggler", "engine_bottleneck"):
+    if fault.kind in ("straggler", "engine_bottleneck", "fp32_matmul", "numerical_error"):
         mask = (program.kind == INSTR) & np.isin(engine, list(fault.engines))
-        if fault.kind == "straggler":
+        if fault.kind != "engine_bottleneck":
             mask &= np.isin(program.layer, [layer_name(i) for i in fault.layers])
+        if fault.kind in ("fp32_matmul", "numerical_error"):
+            mask &= program.opcode == "MATMUL"
+        if fault.kind == "numerical_error" and fault.phase:
+            mask &= program.phase == fault.phase
         return mask
     return np.zeros(len(program), dtype=bool)
 
 
 def duration_factors(faults: list[Fault], program: Program, ranks: int) -> np.ndarray:
-    """(N, ranks) instruction duration multipliers from straggler and engine-bottleneck faults."""
+    """(N, ranks) instruction duration multipliers from straggler, engine-bottleneck and
+    fp32-matmul faults."""
     factors = np.ones((len(program), ranks))
     for fault in faults:
-        if fault.kind in ("straggler", "engine_bottleneck"):
+        if fault.kind in ("straggler", "engine_bottleneck", "fp32_matmul"):
             factors[np.ix_(node_mask(fault, program), fault.rank_mask(ranks))] *= fault.factor
     return factors
 

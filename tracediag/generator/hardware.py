@@ -11,6 +11,7 @@ from __future__ import annotations
 INSTANCE_TYPE = "trn1.32xlarge"
 CORES_PER_DEVICE = 2
 TENSOR_PEAK_FLOPS_PER_NS = 95_000.0  # 95 TFLOP/s BF16 per NeuronCore
+TENSOR_PEAK_FP32_FLOPS_PER_NS = 23_750.0  # FP32 at a quarter of the BF16 rate (47.5 per device)
 MATMUL_EFFICIENCY = 0.85  # achieved fraction of peak on large tiles (assumed)
 TENSOR_ROWS = TENSOR_COLS = 128
 TENSOR_CLOCK_GHZ = 2.8  # 128 x 128 PEs x 2 flops x 2.8 GHz ~ 92 TFLOP/s

@@ -47,6 +47,8 @@ def _params(fault: Fault) -> dict:
         return {"transfer_bytes": fault.transfer_bytes}
     if fault.kind == "host_gaps":
         return {"stall_ns": fault.stall_ns}
+    if fault.kind == "numerical_error":
+        return {"error": "numerical_err"}
     return {"slowdown": fault.factor}
 
 

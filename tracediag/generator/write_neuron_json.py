@@ -50,6 +50,8 @@ def instruction_rows(tables: RankTables) -> pd.DataFrame:
             "hbm_write_bytes": instr["hbm_write_bytes"],
             "sbuf_read_bytes": instr["sbuf_read_bytes"],
             "sbuf_write_bytes": instr["sbuf_write_bytes"],
+            "raw_flops": instr["raw_flops"],
+            "adjusted_flops": instr["adjusted_flops"],
         }
     )
 
@@ -78,6 +80,8 @@ def rank_json(tables: RankTables) -> bytes:
         "summary": orjson.dumps([summary(tables)]).decode(),
         "metadata": orjson.dumps([metadata(tables)]).decode(),
     }
+    if tables.errors is not None:  # the Parquet Error fields (see parsers/neuron_errors.py)
+        parts["error"] = tables.errors.to_json(orient="records")
     body = ",\n".join(f'"{name}": {text}' for name, text in parts.items())
     return ("{\n" + body + "\n}\n").encode()
 

@@ -27,6 +27,7 @@ INT32_FIELDS = {
     "ntff_version",
     "num_physical_cores",
     "num_dma_engines_per_neuroncore",
+    "error_type_id",
 }
 #: Rows above which a table is written in parts (small for Instruction so that the samples
 #: exercise readers' handling of split tables).
@@ -83,6 +84,8 @@ def write_rank(tables: RankTables, directory: Path) -> list[Path]:
         "Summary": pd.DataFrame([summary(tables)]),
         "Metadata": pd.DataFrame([metadata(tables)]),
     }
+    if tables.errors is not None:
+        frames["Error"] = tables.errors
     paths = []
     for name, frame in frames.items():
         if len(frame):  # a table exists only when the profile has that activity
