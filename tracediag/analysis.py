@@ -19,6 +19,7 @@ from tracediag.critical_path import CriticalPath, node_categories, walk
 from tracediag.findings import Finding, Severity
 from tracediag.graph import Graph, build_graph
 from tracediag.infer import wait_edges
+from tracediag.layout import Layout, infer_layout
 from tracediag.peers import dma_frame, event_ordinals, excess_over_peers
 from tracediag.replay import WhatIf, replay
 
@@ -40,6 +41,11 @@ class Analysis:
 
     def __post_init__(self) -> None:
         self.segments = _segments_with_events(self.path.segments, self.trace)
+
+    @cached_property
+    def layout(self) -> Layout:
+        """The parallel layout, inferred unless the engine set an explicit one (layout.py)."""
+        return infer_layout(self.trace)
 
     @cached_property
     def ordinals(self) -> np.ndarray:

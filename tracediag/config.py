@@ -4,11 +4,13 @@ Keys (ruff-like): ``select``, ``extend-select``, ``ignore`` (codes or prefixes),
 (error|warning|info), ``[rules.CODE]`` option tables, ``[severity]`` per-code overrides,
 ``[hardware]`` (``profile`` and peak overrides), ``[budgets]`` (limits on report metrics, see
 budgets.py), ``[per-trace-ignores]`` (glob on an input path, or ``rank:GLOB`` -> codes, see
-trace_ignores.py), ``[baseline]`` (noise thresholds of ``check --baseline``).
+trace_ignores.py), ``[baseline]`` (noise thresholds of ``check --baseline``), ``layout``
+(``"dp=4,tp=8,pp=4"`` or a table: the parallel layout, instead of inferring it).
 """
 
 from __future__ import annotations
 
+import difflib
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +19,7 @@ from tracediag.baseline_settings import BaselineSettings
 from tracediag.budgets import Budget, parse_budgets
 from tracediag.errors import UsageError
 from tracediag.findings import Severity
+from tracediag.layout import parse_layout
 
 KNOWN_KEYS = {
     "select",
@@ -30,6 +33,7 @@ KNOWN_KEYS = {
     "budgets",
     "per-trace-ignores",
     "baseline",
+    "layout",
 }
 
 
@@ -48,6 +52,7 @@ class Config:
     budgets: list[Budget] = field(default_factory=list)  # [budgets]: limits on report metrics
     per_trace_ignores: dict[str, list[str]] = field(default_factory=dict)  # glob -> codes
     baseline: BaselineSettings = field(default_factory=BaselineSettings)
+    layout: dict[str, int] | None = None  # layout: explicit dp/tp/pp/ep sizes (layout.py)
     source: str = ""  # the file it came from, "" for defaults
 
     def is_selected(self, code: str) -> bool:
@@ -65,6 +70,7 @@ class Config:
         if unknown:
             raise UsageError(
                 f"{self.source or 'config'}: unknown options for {code}: {sorted(unknown)}"
+                f"{_did_you_mean(sorted(unknown), defaults)} (known: {sorted(defaults)})"
             )
         return {**defaults, **given}
 
@@ -106,7 +112,8 @@ def from_mapping(data: dict, source: str = "") -> Config:
     unknown = set(data) - KNOWN_KEYS
     if unknown:
         raise UsageError(
-            f"{source or 'config'}: unknown keys {sorted(unknown)} (known: {sorted(KNOWN_KEYS)})"
+            f"{source or 'config'}: unknown keys {sorted(unknown)}"
+            f"{_did_you_mean(sorted(unknown), KNOWN_KEYS)} (known: {sorted(KNOWN_KEYS)})"
         )
     cfg = Config(source=source)
     try:
@@ -125,9 +132,21 @@ def from_mapping(data: dict, source: str = "") -> Config:
             str(k): _codes(v) for k, v in dict(data.get("per-trace-ignores", {})).items()
         }
         cfg.baseline = BaselineSettings.from_table(dict(data.get("baseline", {})))
+        if "layout" in data:
+            cfg.layout = parse_layout(data["layout"])
     except (ValueError, TypeError) as exc:
         raise UsageError(f"{source or 'config'}: {exc}") from None
     return cfg
+
+
+def _did_you_mean(words: list[str], known) -> str:
+    """``"; did you mean 'select'?"`` for the first word with a close known one, else ``""``."""
+    for word in words:
+        close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+        if close:
+            which = f" for '{word}'" if len(words) > 1 else ""
+            return f"; did you mean '{close[0]}'{which}?"
+    return ""
 
 
 def _codes(value) -> list[str]:

@@ -13,6 +13,7 @@ from tracediag.critical_path import CATEGORIES
 from tracediag.durations import layer_durations, op_durations
 from tracediag.errors import UsageError
 from tracediag.findings import Finding, Severity
+from tracediag.layout import resolve_layout
 from tracediag.rule import all_rules
 from tracediag.utilization import mfu_by_rank
 
@@ -92,6 +93,7 @@ class Diagnosis:
                 "by_layer": layer_durations(self.trace),
                 "by_op": op_durations(self.trace),
             },
+            "layout": a.layout.to_dict(),
             "findings": [f.to_dict() for f in self.findings],
             "summary": {
                 "findings": len(self.findings),
@@ -122,6 +124,8 @@ def diagnose(
         analysis = analyse(trace, config.hardware, progress)
     except ValueError as exc:  # bad hardware overrides
         raise UsageError(f"{config.source or 'config'}: {exc}") from None
+    if config.layout:
+        analysis.layout = resolve_layout(trace, config.layout)
     rules = all_rules()
     for code in list(config.rule_options) + list(config.severity):
         if code not in rules:

@@ -26,7 +26,15 @@ class Severity(IntEnum):
 
 
 #: Code prefix -> family name used in reports.
-FAMILIES = {"DMA": "dma", "COL": "collective", "CMP": "compute", "HST": "host", "TRC": "trace"}
+FAMILIES = {
+    "DMA": "dma",
+    "COL": "collective",
+    "CMP": "compute",
+    "HST": "host",
+    "TRC": "trace",
+    "NUM": "precision",
+    "PIP": "pipeline",
+}
 
 
 def family_of(code: str) -> str:

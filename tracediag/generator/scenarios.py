@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from tracediag.generator import hardware as hw
 from tracediag.generator.faults import Fault
+from tracediag.generator.parallel_layout import PARALLEL_SCENARIOS
+from tracediag.generator.precision import fp32_matmul_fault
 
 SCENARIOS = {
     "clean": "no fault: a compute-bound step with prefetched weights and overlapped AllReduces",
@@ -13,6 +15,9 @@ SCENARIOS = {
     "engine_bottleneck": "vector work is 6x heavier: the vector engine bounds the step",
     "host_gaps": "GPU flavour: the CPU launch thread stalls twice, leaving the GPU idle",
     "mixed": "straggler (rank 1, one layer) plus slow_dma (all ranks, layer_1 forward)",
+    "fp32_matmul": "layer_1's matmuls run in FP32 on every rank: 4x slower than the BF16 rest",
+    "numerical_error": "layer_1's forward matmuls produce NaN: the hardware reports each one",
+    **PARALLEL_SCENARIOS,  # dp x tp x pp jobs, simulated by generator.parallel_write
 }
 
 STRAGGLER_RANK = 1
@@ -22,6 +27,8 @@ def scenario_faults(name: str, ranks: int, layers: int) -> list[Fault]:
     """The faults of scenario ``name`` for a workload of ``ranks`` ranks and ``layers`` layers."""
     if name not in SCENARIOS:
         raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    if name in PARALLEL_SCENARIOS:
+        raise ValueError(f"{name} is a parallel scenario: generator.parallel_write simulates it")
     last = layers - 1
     mid = min(2, last)
     slow = Fault("slow_dma", None, (1,), "fwd", queue=hw.WEIGHT_QUEUE, factor=0.25)
@@ -50,6 +57,8 @@ def scenario_faults(name: str, ranks: int, layers: int) -> list[Fault]:
             Fault("straggler", (STRAGGLER_RANK,), (mid,), engines=("tensor", "vector"), factor=1.5),
             slow,
         ],
+        "fp32_matmul": [fp32_matmul_fault(1)],
+        "numerical_error": [Fault("numerical_error", None, (1,), "fwd", engines=("tensor",))],
     }[name]
     for fault in faults:
         fault.check(ranks, layers)

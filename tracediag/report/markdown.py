@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 
 from tracediag.report.labels import percent, rank_list, ranks_label, severity_counts, window
+from tracediag.report.text import layout_label
 from tracediag.units import fmt_ns
 
 #: Rows of the findings table and findings detailed below it; the rest is counted, since a
@@ -34,6 +35,11 @@ def _summary(report: dict) -> list[str]:
         ["Inputs", f"{len(report['inputs'])} ({', '.join(formats) or '-'})"],
         ["Ranks", rank_list([r["rank"] for r in report["ranks"]])],
         ["Critical path", fmt_ns(cp["length_ns"])],
+        *(
+            [["Parallel layout", layout_label(report["layout"])]]
+            if report.get("layout")  # reports saved before layouts existed have none
+            else []
+        ),
         ["Findings", f"{summary['findings']} ({severity_counts(summary)})"],
         ["Upper bound on the total saving", fmt_ns(summary["total_saving_ns_upper_bound"])],
         ["Gate", f"fail on {report['config']['fail_on']}"],

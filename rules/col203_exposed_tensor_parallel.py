@@ -1,0 +1,189 @@
+"""COL203: tensor-parallel collectives inside the layers sit on the critical path, unhidden."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracediag import schema as S
+from tracediag.findings import Severity
+from tracediag.layout import group_members
+from tracediag.peers import interval_overlap
+from tracediag.replay import WhatIf
+from tracediag.rule import Rule, severity_by_saving
+from tracediag.rules.col202_exposed_communication import bus_factor
+from tracediag.units import fmt_bw, fmt_ns
+
+
+def tp_collective_events(ctx) -> pd.DataFrame:
+    """Collective rows whose group is one tensor-parallel group of the layout."""
+    layout = ctx.layout
+    coll = ctx.trace.collectives
+    if layout.tp < 2 or not len(coll):
+        return coll.iloc[0:0]
+    coords = layout.coords
+    codes, groups = pd.factorize(group_members(coll).astype(str))
+    is_tp = np.zeros(len(groups), dtype=bool)
+    for i, text in enumerate(groups):
+        ranks = [int(x) for x in text.strip("()").split(",") if x.strip()]
+        sub = coords.reindex(ranks)
+        is_tp[i] = (
+            len(ranks) == layout.tp
+            and not sub.isna().any().any()
+            and sub["dp"].nunique() == 1
+            and sub["pp"].nunique() == 1
+        )
+    return coll[is_tp[codes]]
+
+
+def _exposed_rows(ev: pd.DataFrame, coll: pd.DataFrame) -> pd.Series:
+    """Per collective row: ns of its transfer with no compute on its rank beside it."""
+    out = np.zeros(len(coll), dtype=np.int64)
+    for rank in coll[S.RANK].unique():
+        mine = (coll[S.RANK] == rank).to_numpy()
+        c = ev[(ev[S.KIND] == "compute") & (ev[S.RANK] == rank)]
+        s, e = c[S.TS].to_numpy(), (c[S.TS] + c[S.DUR]).to_numpy()
+        a, b = coll[S.START].to_numpy()[mine], coll[S.END].to_numpy()[mine]
+        out[mine] = (b - a) - interval_overlap(a, b, s, e)
+    return pd.Series(out, index=coll.index)
+
+
+def _layers_before(ev: pd.DataFrame, rank: int, times: np.ndarray) -> np.ndarray:
+    """The layer of the rank's last compute event starting before each time."""
+    c = ev[(ev[S.KIND] == "compute") & (ev[S.RANK] == rank) & ev[S.LAYER].notna()]
+    c = c.sort_values(S.TS, kind="stable")
+    at = np.searchsorted(c[S.TS].to_numpy(), times, side="right") - 1
+    names = c[S.LAYER].astype(str).to_numpy()
+    return np.where(at >= 0, names[np.maximum(at, 0)] if len(names) else "", "")
+
+
+class ExposedTensorParallel(Rule):
+    code = "COL203"
+    name = "exposed-tensor-parallel"
+    title = "Tensor-parallel collectives inside layers on the critical path"
+    severity = Severity.WARNING
+    options = {"min_impact_pct": 1.0, "warn_saving_pct": 3.0, "error_saving_pct": 15.0}
+    doc = {
+        "what it finds": "Transfers of collectives over a tensor-parallel group (from the "
+        "layout) that lie on the critical path with no compute beside them: the exposed share "
+        "per layer, the achieved bus bandwidth against the link's, and each layer's "
+        "compute-to-communication ratio.",
+        "why it matters": "Tensor parallelism splits every layer's matmuls and joins their "
+        "results with an AllReduce (or AllGather/ReduceScatter): once per layer per micro-batch. "
+        "Unhidden, that cost repeats in every layer and adds straight to the step.",
+        "how to fix": "Overlap the TP collective with the next chunk's matmul (chunked or "
+        "asynchronous tensor parallelism, sequence parallelism with overlapped AllGather/"
+        "ReduceScatter); keep TP groups inside one node's fast links; lower the TP degree when "
+        "a layer's compute-to-communication ratio is low.",
+        "example": "`COL203 warning ranks 0-3: 8 TP AllReduce transfers (layer_0..layer_3) run "
+        "unhidden for 0.8 ms (7% of the step) at 96 GB/s bus bandwidth (link 96 GB/s); hidden "
+        "the step would be 0.8 ms shorter.`",
+    }
+
+    def check(self, ctx, opts):
+        tp = tp_collective_events(ctx)
+        if not len(tp):
+            return
+        seg = ctx.segments
+        seg = seg[
+            (seg["category"].astype(str) == "collective_transfer") & seg["event"].isin(tp[S.EVENT])
+        ]
+        if not len(seg):
+            return
+        ev = ctx.trace.events
+        parts = []
+        for rank, rows in seg.groupby("rank"):
+            c = ev[(ev[S.KIND] == "compute") & (ev[S.RANK] == rank)]
+            s, e = c[S.TS].to_numpy(), (c[S.TS] + c[S.DUR]).to_numpy()
+            a, b = rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy()
+            exposed = (b - a) - interval_overlap(a, b, s, e)
+            parts.append(rows.assign(exposed=exposed, layer=_layers_before(ev, int(rank), a)))
+        seg = pd.concat(parts)
+        seg = seg[seg["exposed"] > 0]
+        impact = int(seg["exposed"].sum())
+        if not len(seg) or ctx.pct(impact) < opts["min_impact_pct"]:
+            return
+        keyed = tp.set_index(S.EVENT)
+        seg = seg.assign(coll_key=keyed.loc[seg["event"], S.COLL_KEY].to_numpy())
+        # Every TP group runs the same collectives: hiding them on the critical group only would
+        # leave the others' on the path, so the what-if hides the exposed part of all of them.
+        per_key = _exposed_rows(ev, tp).groupby(tp[S.COLL_KEY].to_numpy()).max()
+        per_key = per_key[per_key > 0]
+        rows = tp[tp[S.COLL_KEY].isin(per_key.index)]
+        nodes = ctx.nodes_of(rows[S.EVENT].to_numpy())
+        cut = per_key.reindex(rows[S.COLL_KEY]).to_numpy()
+        ok = nodes >= 0
+        dur = ctx.graph.dur[nodes[ok]]
+        new = np.maximum(dur - cut[ok], 0)
+        # A wholly exposed transfer's handshake (last arrival to start) goes with it.
+        whole = nodes[ok][new == 0]
+        saving = ctx.what_if(
+            WhatIf.durations(nodes[ok], new) + WhatIf.gaps(whole, np.zeros(len(whole)))
+        )
+        body = tp[tp[S.COLL_KEY].isin(seg["coll_key"])]
+        t_ns = float((body[S.END] - body[S.START]).sum())
+        algbw = float(body[S.BYTES].sum()) / t_ns * 1e9 if t_ns > 0 else float("nan")
+        op = str(body[S.COLL_OP].mode().iat[0])
+        busbw = algbw * bus_factor(op, ctx.layout.tp)
+        hwp = next((h for h in ctx.hardware.values() if h is not None), None)
+        link = hwp.link_bw if hwp is not None else float("nan")
+        layers = _per_layer(ctx, tp, seg)
+        ranks = tuple(sorted(int(r) for r in seg["rank"].unique()))
+        yield ctx.finding(
+            self,
+            severity=severity_by_saving(ctx.pct(saving), opts, self.severity),
+            message=(
+                f"{seg['coll_key'].nunique()} tensor-parallel {op} transfers over {len(layers)} "
+                f"layers run on the critical path with no compute beside them for "
+                f"{fmt_ns(impact)} ({ctx.pct(impact)}% of the step) at {fmt_bw(busbw)} bus "
+                f"bandwidth (link {fmt_bw(link)}). Hidden behind compute the step would be "
+                f"{fmt_ns(saving)} shorter."
+            ),
+            ranks=ranks,
+            engine="cc",
+            op=op,
+            layer=",".join(sorted(layers)),
+            start_ns=int(seg["start_ns"].min()),
+            end_ns=int(seg["end_ns"].max()),
+            impact_ns=impact,
+            saving_ns=int(saving),
+            suggestion="Overlap each layer's TP collective with the next chunk's compute "
+            "(chunked/async TP), or lower the TP degree.",
+            evidence={
+                "instances": int(seg["coll_key"].nunique()),
+                "algbw": algbw,
+                "busbw": busbw,
+                "link_bw": link,
+                "tp": ctx.layout.tp,
+                "per_layer": layers,
+            },
+        )
+
+
+def _per_layer(ctx, tp: pd.DataFrame, seg: pd.DataFrame) -> dict[str, dict]:
+    """Per layer: exposed TP ns on the critical path, their share of the layer's time on the
+    path, and the layer's compute-to-TP-communication ratio (all of its ranks' events)."""
+    ev = ctx.trace.events
+    comm = (tp[S.END] - tp[S.START]).to_numpy()
+    layer_of = np.empty(len(tp), dtype=object)
+    for rank in tp[S.RANK].unique():
+        mine = (tp[S.RANK] == rank).to_numpy()
+        layer_of[mine] = _layers_before(ev, int(rank), tp[S.START].to_numpy()[mine])
+    comm_by_layer = pd.Series(comm).groupby(layer_of).sum()
+    compute = ev[(ev[S.KIND] == "compute") & ev[S.RANK].isin(tp[S.RANK].unique())]
+    compute_by_layer = compute[S.DUR].groupby(compute[S.LAYER].astype(str)).sum()
+    path = ctx.segments
+    on_path = path.loc[path["category"].astype(str) == "compute", "dur_ns"]
+    path_by_layer = on_path.groupby(path.loc[on_path.index, S.LAYER].astype(str)).sum()
+    out = {}
+    for layer, exposed in seg.groupby("layer")["exposed"].sum().items():
+        total = float(comm_by_layer.get(layer, 0))
+        on_layer = float(path_by_layer.get(layer, 0)) + exposed
+        out[str(layer)] = {
+            "exposed_ns": int(exposed),
+            "exposed_share": round(exposed / on_layer, 3) if on_layer else None,
+            "compute_to_comm": round(float(compute_by_layer.get(layer, 0)) / total, 2)
+            if total
+            else None,
+        }
+    return out
