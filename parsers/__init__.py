@@ -14,9 +14,21 @@ from tracediag.parsers import (
     collective_timeline,
     neuron_json,
     neuron_parquet,
+    neuron_system_json,
+    neuron_system_parquet,
     perfetto,
     xplane,
 )
 
 #: Readers in the order they are tried; the first whose ``sniff`` accepts a path reads it.
-READERS = (neuron_parquet, neuron_json, chrome_json, perfetto, xplane, collective_timeline)
+#: System profiles go first: a directory of ``SystemProfileEvents`` is also a Parquet profile.
+READERS = (
+    neuron_system_parquet,
+    neuron_system_json,
+    neuron_parquet,
+    neuron_json,
+    chrome_json,
+    perfetto,
+    xplane,
+    collective_timeline,
+)

@@ -28,6 +28,7 @@ from tracediag.builder import (
     RankPart,
 )
 from tracediag.errors import TraceInputError
+from tracediag.parsers import perfetto_collectives as C
 from tracediag.parsers import perfetto_events as E
 from tracediag.parsers.neuron_common import rank_from_name
 from tracediag.parsers.neuron_part import Piece, finish_part
@@ -47,7 +48,7 @@ def sniff(path: Path) -> bool:
 def read(path: Path) -> list[RankPart]:
     """The file's ranks as canonical parts (see the module docstring)."""
     path = Path(path)
-    d = decode(path, E.WANTED)
+    d = decode(path, E.WANTED | C.WANTED)
     counts = dict(d.counts)
     from_name = rank_from_name(path.name)
     default_rank = from_name if from_name is not None else 0
@@ -55,8 +56,11 @@ def read(path: Path) -> list[RankPart]:
     table = tracks.table.set_index("uuid")
     per_event = table.reindex(d.events["track"].to_numpy())
     skip = per_event["skip"].to_numpy(dtype=object)
+    noted = {}
     for reason in pd.unique(skip[skip != ""]):
-        if reason != "tracediag findings":  # our export's diagnosis: not work, not a repair
+        if reason == "semaphore track events":  # state, not work: a count, as from Parquet
+            noted["semaphore_update_count"] = int((skip == reason).sum())
+        elif reason != "tracediag findings":  # our export's diagnosis: not work, not a repair
             counts[f"{reason}: skipped"] = int((skip == reason).sum())
     ts = E.trace_times(d, counts)
     sl = E.slices(d, ts, skip == "", counts)
@@ -66,6 +70,7 @@ def read(path: Path) -> list[RankPart]:
     ann = E.annotation_table(d, owner)
     fields = E.fields(ann, len(sl))
     events = _events(d, sl, fields, table, owner)
+    collectives = C.collective_table(ann, events)
     if tracks.ours:
         _from_categories(events, d.events["cat"].to_numpy(dtype=object)[sl["begin"].to_numpy()])
     edges = pd.concat(
@@ -79,10 +84,11 @@ def read(path: Path) -> list[RankPart]:
     info: dict = (
         {"rank_source": "rank process", "written_by": "tracediag export"} if tracks.ours else {}
     )
+    info.update(noted)
     if tracks.neuron == "system":
         sync = {f: E.exact_ints(ann, f, len(sl)) for f in (CPU_FIELD, NC_FIELD)}
         hardware_to_host_clock(events, rank, sync, info)
-    return _parts(path, events, edges, rank, counts, tracks.neuron, from_name, info)
+    return _parts(path, events, edges, collectives, rank, counts, tracks.neuron, from_name, info)
 
 
 def _events(d, sl: pd.DataFrame, fields: dict, table: pd.DataFrame, owner) -> pd.DataFrame:
@@ -167,6 +173,7 @@ def _parts(
     path: Path,
     events: pd.DataFrame,
     edges: pd.DataFrame,
+    collectives: pd.DataFrame,
     rank: np.ndarray,
     counts: dict[str, int],
     neuron: str,
@@ -206,5 +213,6 @@ def _parts(
             }
         )
         piece = Piece("track events", events.iloc[rows].reset_index(drop=True))
-        parts.append(finish_part(meta, [piece], [part_edges], None))
+        coll = C.rank_collectives(collectives, local, int(r), meta)
+        parts.append(finish_part(meta, [piece], [part_edges], coll))
     return parts

@@ -195,6 +195,15 @@ def flow_edges(
     return pd.DataFrame({S.SRC: row[:-1][link], S.DST: row[1:][link]})
 
 
+def _int64_or_unknown(digits: np.ndarray) -> np.ndarray:
+    """Decimal ids as int64; -1 (no instruction has it) for those beyond int64's range."""
+    width = np.char.str_len(digits)
+    fits = (width < 19) | ((width == 19) & (digits <= "9223372036854775807"))
+    out = np.full(len(digits), -1, dtype=np.int64)
+    out[fits] = digits[fits].astype(np.int64)
+    return out
+
+
 def dependency_edges(ann: pd.DataFrame, src_id: np.ndarray, counts: dict[str, int]) -> pd.DataFrame:
     """Neuron ``inst_dep_ids`` (a list of ids, as an array or as text) -> edges dep -> slice."""
     deps = ann[ann["name"] == "inst_dep_ids"]
@@ -209,7 +218,7 @@ def dependency_edges(ann: pd.DataFrame, src_id: np.ndarray, counts: dict[str, in
     ids = np.concatenate(
         [
             deps["value"].to_numpy(dtype=object)[numeric].astype(np.int64),
-            from_text.to_numpy(dtype=object).astype(np.int64),
+            _int64_or_unknown(from_text.to_numpy(dtype=str)),
         ]
     ).astype(np.int64)
     index = IdIndex(src_id, src_id >= 0, np.arange(len(src_id), dtype=np.int64))

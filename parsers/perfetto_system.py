@@ -38,6 +38,10 @@ def hardware_to_host_clock(
     )
     if not len(points):
         return
+    # Kept for the join with the device profiles of the same job (tracediag.system_join).
+    info["clock_sync_points"] = (
+        np.stack([rank[points], nc[points], cpu[points]], axis=1).astype(np.int64).tolist()
+    )
     on_device = np.abs(ts[points] - nc[points]) < np.abs(ts[points] - cpu[points])
     if not on_device.any():
         info["hardware_clock"] = "host (already converted)"

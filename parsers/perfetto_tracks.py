@@ -10,7 +10,11 @@ the tool's screenshots, see neuron-formats.md section 3):
   Parquet reader's track (``tensor``), row k > 0 ``tensor/row<k>``; the engine is ``tensor``.
 - ``DMA Engine <n> - Row <k>`` and ``q<Queue> - Row <k>``: DMA transfers, kind ``dma`` on a
   ``dma_queue`` track labelled ``dma engine <n>`` or the queue name (``/row<k>`` for k > 0).
-- ``S[<n>] (<Engine>)``: semaphore values, skipped and counted.
+- ``S[<n>] (<Engine>)``: semaphore values: state, not work; their number goes to
+  ``meta.info["semaphore_update_count"]`` as the Parquet reader's ``SemaphoreUpdate`` rows do.
+- ``CC Stream <n> - Row <k>``: collectives (kind ``collective`` on a ``cc_core`` track labelled
+  ``cc stream <n>``, as the Parquet reader's), with the CcOp fields as annotations (see
+  :mod:`perfetto_collectives`).
 
 Neuron system profiles: thread tracks ``gid<g>-nc<n>-tid<t>-<source>`` belong to rank ``g``
 (the worker_gid); ``neuron_rt`` (runtime calls) and framework tracks are ``host`` events on
@@ -40,6 +44,9 @@ from tracediag.parsers.neuron_common import ENGINE_ALIASES
 _ENGINE_ROW = re.compile(r"^\s*([A-Za-z]+)\s+Engine\s*-\s*Row\s*(\d+)\s*$", re.IGNORECASE)
 _DMA_ROW = re.compile(r"^\s*(DMA\s+Engine\s+\d+|q\w+)\s*-\s*Row\s*(\d+)\s*$", re.IGNORECASE)
 _SEMAPHORE = re.compile(r"^\s*S\[\d+\]")
+#: Collectives: ``CC Stream <n> - Row <k>`` (the convention of our generator; Neuron's own
+#: output does not document collective tracks).
+_CC_ROW = re.compile(r"^\s*CC\s+Stream\s+(\d+)\s*-\s*Row\s*(\d+)\s*$", re.IGNORECASE)
 _SYSTEM_THREAD = re.compile(r"^gid(\d+)-nc(\d+)-tid(\d+)-(\w+)$")
 #: Process names of our export: one process per rank, and one for the findings.
 RANK_PROCESS = re.compile(r"^rank (\d+)$")
@@ -72,7 +79,7 @@ def classify(tracks: pd.DataFrame, used: np.ndarray, default_rank: int) -> Track
     table["ours"] = [_process_rank(int(u), info) is not None for u in table["uuid"]]
     table["uuid"] = table["uuid"].astype(np.uint64)
     system = table["base"].str.match(_SYSTEM_THREAD.pattern).any()
-    device = (table["track_kind"] == "compute_engine").any()
+    device = table["track_kind"].isin(["compute_engine", "cc_core"]).any()
     table["label"] = _unique_labels(table, info)
     ours = bool(table.pop("ours").any())
     neuron = "system" if system else "device" if device else ""
@@ -92,6 +99,10 @@ def _describe(uuid: int, info: dict, default_rank: int) -> tuple:
         engine = ENGINE_ALIASES[engine_row.group(1).lower()]
         label = _row_label(engine, int(engine_row.group(2)))
         return uuid, label, "compute_engine", engine, "", "compute", default_rank, ""
+    cc_row = _CC_ROW.match(name)
+    if cc_row:
+        label = _row_label(f"cc stream {cc_row.group(1)}", int(cc_row.group(2)))
+        return uuid, label, "cc_core", "cc", "", "collective", default_rank, ""
     dma_row = _DMA_ROW.match(name)
     if dma_row:
         queue = dma_row.group(1)
@@ -159,7 +170,7 @@ def _unique_labels(table: pd.DataFrame, info: dict) -> pd.Series:
     ``Tensor`` and ``TensorMatrix`` rows) are one engine, as in the other Neuron readers.
     """
     labels = table["base"].copy()
-    neuron = table["track_kind"].isin(["compute_engine", "dma_queue"]).to_numpy()
+    neuron = table["track_kind"].isin(["compute_engine", "dma_queue", "cc_core"]).to_numpy()
     dup = pd.DataFrame({"r": table["rank"], "l": labels}).duplicated(keep=False).to_numpy()
     for i in np.flatnonzero(dup & ~neuron):  # a loop over tracks
         row = info.get(int(table["uuid"].iat[i]))

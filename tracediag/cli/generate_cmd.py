@@ -38,7 +38,7 @@ def add_parser(commands) -> None:
         "--formats",
         type=_formats,
         metavar="LIST",
-        help="comma-separated subset of parquet,json,chrome (default: all)",
+        help="comma-separated subset of parquet,json,chrome,perfetto,system (default: all)",
     )
     p.add_argument(
         "--ranks", type=int, metavar="N", help="number of ranks (default: the generator's)"
