@@ -96,7 +96,7 @@ def probes(monkeypatch):
     skew) and DMA990 (info) are the rules."""
     use_probe_rules(monkeypatch)
 
-    def fake_load(paths, *, align=True, progress=None):
+    def fake_load(paths, *, align=True, progress=None, **_reading):
         trace = example_trace()
         names = [str(p) for p in paths] + ["b"]
         trace.inputs = [S.InputFile(names[0], "test", [0]), S.InputFile(names[1], "test", [1])]

@@ -35,7 +35,7 @@ def loads(monkeypatch):
     use_probe_rules(monkeypatch)
     calls = []
 
-    def fake_load(paths, *, align=True, progress=None):
+    def fake_load(paths, *, align=True, progress=None, **_reading):
         calls.append({"paths": [str(p) for p in paths], "align": align, "progress": progress})
         return example_trace()
 

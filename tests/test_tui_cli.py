@@ -42,14 +42,21 @@ def test_tui_options_resolve_the_config_before_the_app(monkeypatch, capsys):
         def run(self):
             seen["ran"] = True
 
-    def fake_make_app(paths, *, config, align):
-        seen.update(paths=paths, select=config.select, align=align)
+    def fake_make_app(paths, *, config, align, reading):
+        seen.update(paths=paths, select=config.select, align=align, reading=reading)
         return FakeApp()
 
     monkeypatch.setattr("tracediag.tui.app.make_app", fake_make_app)
-    code = cli.main([STRAGGLER, "--select", "col2", "--no-align"])
+    code = cli.main([STRAGGLER, "--select", "col2", "--no-align", "--no-cache", "--jobs", "2"])
     assert code == 2  # the load error's exit code, as the other commands give it
-    assert seen == {"paths": [STRAGGLER], "select": ["COL2"], "align": False, "ran": True}
+    reading = {"cache": False, "jobs": 2, "scheduler": None}
+    assert seen == {
+        "paths": [STRAGGLER],
+        "select": ["COL2"],
+        "align": False,
+        "reading": reading,
+        "ran": True,
+    }
     assert capsys.readouterr().err == FakeApp.error_line + "\n"
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from tracediag import schema as S
 from tracediag.builder import RankPart, assemble
 from tracediag.errors import TraceInputError
+from tracediag.system_join import join_system_profiles
 
 Progress = Callable[[str], None]
 
@@ -92,6 +93,20 @@ def _resolve_rank_collisions(parts: list[RankPart]) -> None:
         taken[part.meta.rank] = part.meta.sources[0] if part.meta.sources else "?"
 
 
+#: Ranks are stored as int32; a larger number is a damaged name or field, not a job's rank.
+MAX_RANK = 2**31 - 1
+
+
+def _check_rank_range(parts: list[RankPart]) -> None:
+    for part in parts:
+        if not 0 <= part.meta.rank <= MAX_RANK:
+            raise TraceInputError(
+                part.meta.sources[0] if part.meta.sources else "?",
+                f"rank {part.meta.rank} is out of range (0 to {MAX_RANK}; from "
+                f"{part.meta.info.get('rank_source', 'the file')})",
+            )
+
+
 def _merge_summaries(parts: list[RankPart]) -> list[RankPart]:
     """Fold summary-only parts (summary-json) into the device part of the same rank, if given."""
     summaries = [p for p in parts if p.meta.info.get("summary_only")]
@@ -107,25 +122,16 @@ def _merge_summaries(parts: list[RankPart]) -> list[RankPart]:
     return kept
 
 
-def load(
-    paths: Iterable[str | Path],
-    *,
-    align: bool = True,
-    progress: Progress | None = None,
-) -> S.Trace:
-    """Read every path, assemble one canonical trace and align its ranks' clocks."""
-    say = progress or (lambda _msg: None)
-    found, skipped = discover(paths)
+def assemble_job(found: list[tuple[Path, object]], read: list[list[RankPart]]) -> S.Trace:
+    """One trace from the parts ``read`` from each discovered ``(path, reader)`` pair."""
     parts: list[RankPart] = []
     inputs: list[S.InputFile] = []
-    for path, reader in found:
-        say(f"reading {path} ({reader.FORMAT})")
-        got = reader.read(path)
-        if not got:
-            raise TraceInputError(path, "no events")
+    for (path, reader), got in zip(found, read, strict=True):
         parts.extend(got)
         inputs.append(S.InputFile(str(path), reader.FORMAT, [p.meta.rank for p in got]))
     parts = _merge_summaries(parts)
+    parts = join_system_profiles(parts)  # host-side system profiles onto their device parts
+    _check_rank_range(parts)
     _resolve_rank_collisions(parts)
     for inp, _ in zip(inputs, found, strict=True):
         inp.ranks = [
@@ -135,6 +141,31 @@ def load(
         trace = assemble(parts, inputs)
     except S.SchemaError as exc:
         raise TraceInputError(", ".join(i.path for i in inputs), f"invalid trace: {exc}") from None
+    return trace
+
+
+def load(
+    paths: Iterable[str | Path],
+    *,
+    align: bool = True,
+    progress: Progress | None = None,
+    cache: bool = True,
+    jobs: int | None = None,
+    scheduler: str | None = None,
+) -> S.Trace:
+    """Read every path, assemble one canonical trace and align its ranks' clocks.
+
+    ``cache``: reuse and fill the columnar cache of reader output (:mod:`tracediag.cache`).
+    ``jobs``: reader processes (None: one per input up to the CPU count, serial for small
+    inputs; 1: serial). ``scheduler``: a Dask scheduler address to read on instead.
+    """
+    from tracediag.parallel import read_trace
+
+    say = progress or (lambda _msg: None)
+    found, skipped = discover(paths)
+    trace = read_trace(
+        found, assemble_job, cache_enabled=cache, jobs=jobs, scheduler=scheduler, progress=say
+    )
     trace.skipped = [str(p) for p in skipped]
     if align:
         from tracediag.align import align_clocks

@@ -88,11 +88,13 @@ class TracediagApp(App):
         config: Config | None = None,
         align: bool = True,
         session: Session | None = None,
+        reading: dict | None = None,
     ) -> None:
         super().__init__()
         self.paths = [str(p) for p in paths]
         self.config = config or Config()
         self.align = align
+        self.reading = reading or {}  # load()'s cache, jobs and scheduler keywords
         self.session = session
         self.error_line: str | None = None  # the load error, also printed by the CLI on exit
         self.loading_screen: LoadingScreen | None = None
@@ -112,7 +114,11 @@ class TracediagApp(App):
         try:
             self.call_from_thread(loading.plan, planned_stages(self.paths, self.align))
             session = open_session(
-                self.paths, self.config, self.align, partial(self.call_from_thread, loading.stage)
+                self.paths,
+                self.config,
+                self.align,
+                partial(self.call_from_thread, loading.stage),
+                self.reading,
             )
         except Exception as exc:  # every failure becomes the CLI's one line, on screen
             self.call_from_thread(self._failed, error_line(exc))
@@ -195,7 +201,9 @@ def make_app(
     config: Config | None = None,
     align: bool = True,
     diagnosis: Diagnosis | None = None,
+    reading: dict | None = None,
 ) -> TracediagApp:
-    """The app over ``paths`` (loaded in a worker), or over a ready ``diagnosis``."""
+    """The app over ``paths`` (loaded in a worker with ``load()``'s ``reading`` keywords), or
+    over a ready ``diagnosis``."""
     session = Session(diagnosis) if diagnosis is not None else None
-    return TracediagApp(paths, config=config, align=align, session=session)
+    return TracediagApp(paths, config=config, align=align, session=session, reading=reading)

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tracediag.cli.common import codes, resolve_config
+from tracediag.cli.common import add_reading_options, codes, reading_options, resolve_config
 
 
 def add_parser(commands) -> None:
@@ -36,6 +36,7 @@ def add_parser(commands) -> None:
     sel.add_argument("--extend-select", type=codes, metavar="CODES", help="run these as well")
     sel.add_argument("--ignore", type=codes, metavar="CODES", help="do not run these rules")
     p.add_argument("--no-align", action="store_true", help="keep each rank's clock as recorded")
+    add_reading_options(p)
     p.set_defaults(run=run)
 
 
@@ -44,7 +45,12 @@ def run(args: argparse.Namespace) -> int:
     from tracediag.tui.app import make_app
 
     config = resolve_config(args)
-    app = make_app(args.paths, config=config, align=config.align and not args.no_align)
+    app = make_app(
+        args.paths,
+        config=config,
+        align=config.align and not args.no_align,
+        reading=reading_options(args),
+    )
     app.run()
     if app.error_line:
         print(app.error_line, file=sys.stderr, flush=True)
