@@ -74,9 +74,22 @@ def _table(path: Path) -> pa.Table:
         raise TraceInputError(path, f"not a valid collective timeline: {exc}") from None
 
 
+def _bad_utf8(path: Path) -> TraceInputError:
+    """The error for a file whose field names are not UTF-8, with the first bad byte's offset
+    (the file is decoded only on this error path)."""
+    try:
+        fileio.read_bytes(path).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return TraceInputError(path, f"invalid UTF-8 at byte {exc.start}")
+    return TraceInputError(path, "invalid UTF-8")
+
+
 def _columns(table: pa.Table, path: Path, counts: dict[str, int]) -> pd.DataFrame:
     """The records as typed columns; the header and records missing a required value go."""
-    names = set(table.column_names)
+    try:
+        names = set(table.column_names)
+    except UnicodeDecodeError:  # Arrow validates field names only when they are decoded
+        raise _bad_utf8(path) from None
     missing = [k for k in REQUIRED if k not in names]
     if missing:
         raise TraceInputError(path, f"no record has the required field(s) {', '.join(missing)}")
@@ -84,11 +97,19 @@ def _columns(table: pa.Table, path: Path, counts: dict[str, int]) -> pd.DataFram
     for key in (*_INTEGERS, "bytes"):
         if key in names:
             col = table.column(key)
+            if key == "bytes" and pa.types.is_nested(col.type):
+                raise TraceInputError(path, f"field 'bytes' must be a number (found {col.type})")
             if not (pa.types.is_integer(col.type) or pa.types.is_null(col.type) or key == "bytes"):
                 raise TraceInputError(path, f"field {key!r} must be an integer (found {col.type})")
             out[key] = col.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
     for key in _TEXTS:
+        if key in names and pa.types.is_nested(table.column(key).type):
+            raise TraceInputError(path, f"field {key!r} must be text (found {table[key].type})")
         out[key] = table.column(key).to_pandas() if key in names else None
+    if "group" in names and not _is_group_type(table.column("group").type):
+        raise TraceInputError(
+            path, f"field 'group' must be a list of ranks or text (found {table['group'].type})"
+        )
     out["group"] = _groups(table.column("group")) if "group" in names else None
     frame = pd.DataFrame({k: v for k, v in out.items() if v is not None})
     header = frame[list(REQUIRED)].isna().all(axis=1)
@@ -100,6 +121,13 @@ def _columns(table: pa.Table, path: Path, counts: dict[str, int]) -> pd.DataFram
     if incomplete.any():
         counts["records missing a required value: skipped"] = int(incomplete.sum())
     return frame[~header & ~incomplete].reset_index(drop=True)
+
+
+def _is_group_type(kind: pa.DataType) -> bool:
+    """Text ("0,1,2,3"), or a list of integer ranks (a list of nulls: empty lists)."""
+    if pa.types.is_list(kind):
+        return pa.types.is_integer(kind.value_type) or pa.types.is_null(kind.value_type)
+    return pa.types.is_string(kind) or pa.types.is_null(kind)
 
 
 def _groups(col: pa.ChunkedArray) -> pd.Series:

@@ -16,6 +16,7 @@ import numpy as np
 import orjson
 import pandas as pd
 import pyarrow as pa
+from pandas.api.types import infer_dtype
 
 from tracediag import schema as S
 from tracediag.errors import TraceInputError
@@ -42,6 +43,7 @@ KEYS = {
     "instruction": [
         "timestamp", "duration", "subgroup", "label", "opcode", "hlo_name", "id", "layer", "pcore_idx",
         "nki_source_location", "evt_wait_time", "hbm_read_bytes", "hbm_write_bytes", "raw_flops", "inst_dep_ids",
+        "adjusted_flops", "flops_transpose", "operands", "instruction_chain",
     ],
     "dma": ["timestamp", "duration", "subgroup", "transfer_size", "id", "variable", "engine_idx", "trigger_id", "inst_dep_ids"],
     "cc_op": [
@@ -105,15 +107,56 @@ def table_frame(doc: dict, table: str, path: Path) -> pd.DataFrame | None:
         raise TraceInputError(path, f"table {table!r} is not a list of objects") from None
     frame = frame.dropna(axis=1, how="all")  # keys the file does not have
     if table == "instruction" and "subgroup" in frame:
-        frame["engine"] = (
-            frame["subgroup"].fillna(frame["label"]) if "label" in frame else frame["subgroup"]
-        )
+        engine = frame["subgroup"]
+        if "label" in frame:
+            if engine.dtype != frame["label"].dtype:  # e.g. numbers in one: fill as objects
+                engine = engine.astype(object)
+            engine = engine.fillna(frame["label"])
+        frame["engine"] = engine
     elif table == "instruction" and "label" in frame:
         frame["engine"] = frame["label"]
     for key in frame.columns:
         if RENAMES[table].get(key, key) in EXACT:
             frame[key] = exact_ints(frame[key], rows, key, path, table)
+        elif key != "inst_dep_ids":
+            _check_values(frame[key], path, f"{table}.{key}", numbers=key in NUMBERS)
     return frame.rename(columns=RENAMES[table])
+
+
+#: Legacy keys read as numbers (any JSON number or numeric text); other keys are text.
+NUMBERS = frozenset(
+    ["evt_wait_time", "hbm_read_bytes", "hbm_write_bytes", "raw_flops", "adjusted_flops",
+     "flops_transpose", "transfer_size", "input_size", "output_size", "algorithm_bandwidth",
+     "bus_bandwidth"]
+)  # fmt: skip
+
+
+def _check_values(col: pd.Series, path: Path, what: str, numbers: bool) -> None:
+    """A number field holds numbers, a text field no lists or objects: the mappings would
+    otherwise drop such values silently or fail on them. One C-level scan when all is well."""
+    values = col.dropna()
+    kind = infer_dtype(values, skipna=True)
+    if numbers and kind not in _NUMERIC_KINDS:
+        bad = pd.to_numeric(values, errors="coerce").isna().to_numpy()
+        if bad.any():
+            raise TraceInputError(
+                path, f"{what} holds {_shown(values.iloc[np.argmax(bad)])}, expected a number"
+            )
+    elif not numbers and kind in ("mixed", "mixed-integer"):  # where lists and objects go
+        nested = np.fromiter(
+            (isinstance(v, list | dict) for v in values), dtype=bool, count=len(values)
+        )
+        if nested.any():
+            shown = _shown(values.iloc[np.argmax(nested)])
+            raise TraceInputError(path, f"{what} holds {shown}, expected text")
+
+
+_NUMERIC_KINDS = ("integer", "floating", "mixed-integer-float", "boolean", "decimal", "empty")
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def exact_ints(col: pd.Series, rows: list, key: str, path: Path, table: str) -> pd.Series:
@@ -142,9 +185,14 @@ def _wrap_objects(col: pd.Series, path: Path, what: str) -> pd.Series:
     values = col.to_numpy(dtype=object)
     valid = pd.notna(values)
     try:
-        wrapped = np.mod(values[valid], 2**64).astype(np.uint64)  # Python ints: exact modulo
+        picked = values[valid]
+        beyond = ((picked >= 2**64) | (picked < -(2**63))).astype(bool)
+        wrapped = np.mod(picked, 2**64).astype(np.uint64)  # Python ints: exact modulo
     except (TypeError, ValueError, OverflowError):
         raise TraceInputError(path, f"{what} holds values that are not integers") from None
+    if beyond.any():  # no 64-bit field holds these: wrapping them would invent a value
+        first = picked[np.argmax(beyond)]
+        raise TraceInputError(path, f"{what} holds {first:.6g}, beyond 64 bits")
     out = np.zeros(len(values), dtype=np.int64)
     out[valid] = wrapped.view(np.int64)
     return pd.Series(pd.arrays.IntegerArray(out, ~valid), index=col.index)

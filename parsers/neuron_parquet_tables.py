@@ -69,6 +69,19 @@ KNOWN_TABLES = frozenset(
     ]
 )
 
+#: Columns the mappings take as exact integers (ids, device-clock times, indices) and as
+#: numbers; a part holding another type there is not a profile this tool can trust.
+INTEGER_COLUMNS = frozenset(
+    ["start_ts", "end_ts", "duration_ns", "trigger_start_ts", "timestamp", "id", "op_id",
+     "stream_id", "pcore_idx", "engine_idx", "packet_aggregation_id", "in_id", "out_id",
+     "error_type_id"]
+)  # fmt: skip
+NUMBER_COLUMNS = frozenset(
+    ["evt_wait_time_ns", "raw_flops", "adjusted_flops", "flops_transpose", "hbm_read_bytes",
+     "hbm_write_bytes", "transfer_bytes", "input_size", "output_size", "algorithm_bandwidth",
+     "bus_bandwidth"]
+)  # fmt: skip
+
 _TABLE_FILE = re.compile(r"^(?P<table>[A-Za-z]+)(?:_(?P<part>\d+))?\.parquet$")
 
 
@@ -144,6 +157,37 @@ def _to_frame(table: pa.Table) -> pd.DataFrame:
     return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
 
 
+def _check_types(path: Path, schema: pa.Schema, columns: list[str]) -> None:
+    """Integer columns hold integers, number columns numbers, and no column holds bytes or
+    nested values: what the mappings can read without guessing."""
+    for name in columns:
+        kind = schema.field(name).type
+        if pa.types.is_dictionary(kind):
+            kind = kind.value_type
+        if pa.types.is_null(kind):
+            continue
+        if name in INTEGER_COLUMNS:
+            ok = pa.types.is_integer(kind)
+        elif name in NUMBER_COLUMNS:
+            ok = pa.types.is_integer(kind) or pa.types.is_floating(kind)
+        else:
+            ok = not (
+                pa.types.is_nested(kind)
+                or pa.types.is_binary(kind)
+                or pa.types.is_large_binary(kind)
+                or pa.types.is_fixed_size_binary(kind)
+            )
+        if not ok:
+            expected = (
+                "integers"
+                if name in INTEGER_COLUMNS
+                else "numbers"
+                if name in NUMBER_COLUMNS
+                else "text or numbers"
+            )
+            raise TraceInputError(path, f"column {name!r} holds {kind}, expected {expected}")
+
+
 def read_table(
     files: list[Path] | None, columns: list[str] | None, required: tuple[str, ...] = ()
 ) -> pd.DataFrame | None:
@@ -161,6 +205,7 @@ def read_table(
         missing = [c for c in required if c not in names]
         if missing:
             raise TraceInputError(path, f"table lacks required column(s) {', '.join(missing)}")
+        _check_types(path, pf.schema_arrow, [c for c in columns or names if c in names])
         tables.append(_read(path, [c for c in columns if c in names] if columns else None, pf))
     try:
         table = pa.concat_tables(tables, promote_options="permissive")

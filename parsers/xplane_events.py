@@ -17,6 +17,7 @@ import re
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import infer_dtype
 
 _U64 = 1 << 64
 _I64_MAX = (1 << 63) - 1
@@ -138,7 +139,11 @@ def _stat_columns(table: pd.DataFrame, stats: pd.DataFrame) -> None:
     for stat in TEXT_STATS:
         sub = stats[stats["stat"] == stat]
         col = pd.Series(sub["value"].to_numpy(dtype=object), index=sub["ev"].to_numpy())
-        table[f"stat.{stat}"] = col.reindex(np.arange(n)).to_numpy(dtype=object)
+        col = col.reindex(np.arange(n))
+        if infer_dtype(col, skipna=True) not in ("string", "empty"):
+            # A text stat written as a number (damaged or unusual profiles): read as its text.
+            col = col.where(col.isna(), col.astype(str))
+        table[f"stat.{stat}"] = col.to_numpy(dtype=object)
     for stat in NUMBER_STATS:
         sub = stats[stats["stat"] == stat]
         col = pd.Series(sub["value"].to_numpy(dtype=object), index=sub["ev"].to_numpy())
@@ -147,10 +152,19 @@ def _stat_columns(table: pd.DataFrame, stats: pd.DataFrame) -> None:
         )
     exact = stats[stats["stat"] == "correlation_id"]
     corr = np.full(n, -1, dtype=np.int64)
-    ints = pd.to_numeric(pd.Series(exact["value"].to_numpy(dtype=object)), errors="coerce")
-    ok = ints.notna().to_numpy()
-    corr[exact["ev"].to_numpy()[ok]] = exact["value"].to_numpy(dtype=object)[ok].astype(np.int64)
+    values = exact["value"].to_numpy(dtype=object)
+    ok = np.ones(len(values), dtype=bool)
+    if infer_dtype(values, skipna=False) != "integer":  # text, doubles, inf: whole numbers only
+        ok = np.fromiter((_whole(v) for v in values), dtype=bool, count=len(values))
+    corr[exact["ev"].to_numpy()[ok]] = values[ok].astype(np.int64)
     table["stat.correlation_id"] = corr  # 64-bit ids stay exact (not through float)
+
+
+def _whole(value) -> bool:
+    """An int, or a float holding a whole number int64 can hold (stat values are ints)."""
+    if isinstance(value, float):
+        return value.is_integer() and abs(value) < 2.0**63
+    return isinstance(value, int)
 
 
 def detail_bytes(details: np.ndarray) -> np.ndarray:

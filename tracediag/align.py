@@ -22,6 +22,8 @@ _NOT_SYNCHRONOUS = {"send", "recv", "sendrecv", "send_recv"}
 def _sync_instances(coll: pd.DataFrame) -> pd.DataFrame:
     ops = coll[S.COLL_OP].astype(str).str.lower()
     usable = coll.loc[~ops.isin(_NOT_SYNCHRONOUS), [S.COLL_KEY, S.RANK, S.END]]
+    # A rank recorded twice in one instance (duplicate rows): its first end speaks for it.
+    usable = usable.drop_duplicates([S.COLL_KEY, S.RANK])
     counts = usable.groupby(S.COLL_KEY)[S.RANK].transform("nunique")
     return usable.loc[counts >= 2]
 
@@ -91,14 +93,14 @@ def align_clocks(trace: S.Trace) -> S.Trace:
         else:
             m.clock_offset_ns = 0
             m.info["clock"] = "unaligned"
-    shift = np.zeros(max(ranks) + 1, dtype="int64")
-    for r, off in offsets.items():
-        shift[r] = off
+    # Offsets by position in the sorted ranks (rank numbers may be sparse and large).
+    known = np.asarray(ranks, dtype=np.int64)
+    shift = np.array([offsets.get(r, 0) for r in ranks], dtype="int64")
     ev = trace.events
-    ev[S.TS] = ev[S.TS].to_numpy() + shift[ev[S.RANK].to_numpy()]
+    ev[S.TS] = ev[S.TS].to_numpy() + shift[np.searchsorted(known, ev[S.RANK].to_numpy())]
     co = trace.collectives
     if len(co):
-        s = shift[co[S.RANK].to_numpy()]
+        s = shift[np.searchsorted(known, co[S.RANK].to_numpy())]
         for col in (S.ARRIVAL, S.START, S.END):
             co[col] = co[col].to_numpy() + s
     return trace

@@ -94,7 +94,8 @@ def _plan(graph: Graph) -> _Plan:
     npred = np.diff(ptr)
     single = npred == 1
     own = np.arange(n)
-    first = graph.pred_src[np.minimum(ptr[:-1], max(len(graph.pred_src) - 1, 0))] if n else own
+    # No edge at all (every event alone on its track): every node is an anchor.
+    first = graph.pred_src[np.minimum(ptr[:-1], len(graph.pred_src) - 1)] if ptr[-1] else own
     parent = np.where(single, first, own)
     anchor, rounds = parent, 0
     while True:  # each round doubles the distance jumped: log2(longest chain) rounds
