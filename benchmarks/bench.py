@@ -1,84 +1,256 @@
-"""End-to-end benchmark: events/s, wall time and peak RSS per stage.
+"""Benchmarks: events/s, wall time and peak RSS per stage, against the bare-decoding floor.
 
-    python benchmarks/bench.py [--ranks 4] [--scale 50] [--format parquet|json|chrome]
+    python benchmarks/bench.py --suite all                  # every case below (minutes)
+    python benchmarks/bench.py --case chrome-1M --repeat 3  # one case, best of 3
+    python benchmarks/bench.py --case custom --fmt parquet --ranks 4 --scale 50
+    python benchmarks/bench.py --suite all --json figures.json  # then: --markdown figures.json
 
-Generates a job with the synthetic generator (scale multiplies its layers), then times each
-stage of a diagnosis on it: read, align, graph, critical path, rules, and one replay. Peak RSS is
-the process's high-water mark after the stage (it only grows). Not part of the unit tests.
+Cases (see ``cases.py`` for the generator options behind the sizes): ``chrome-1M`` (a Kineto
+Chrome JSON of ~1M events, uncompressed), ``parquet-4x1M`` (Neuron Parquet, 4 ranks x ~1M device
+events), ``parquet-64x100k`` (64 ranks x ~100k). Generated files are kept in ``--out``
+(default ``bench_out/``, git-ignored) and reused while the case is unchanged.
+
+Every stage runs in a fresh process, so its peak RSS (``wait4``'s ``ru_maxrss`` of the child) is
+not masked by an earlier stage; a stage's prerequisites run untimed in the same process (the
+graph stage reads first), so its peak includes theirs. Stages: ``floor`` (bare
+``orjson.loads`` of the Chrome files, or ``pyarrow.parquet.read_table`` of every Parquet table),
+``read`` (tracediag's readers and assembly, serially, as ``--jobs 1``; later stages read the same
+way, untimed), ``graph+path`` (graph build and critical path),
+``replay`` (one what-if), ``diagnose`` (graph, path and every rule) and ``report`` (the
+``tracediag report --no-cache`` command end to end, interpreter start included; its default
+``--jobs``, so a multi-rank Parquet job is read by a process pool and its peak is the largest
+process's). Optional: ``report-cached`` (the same command reopening the trace from a cache that
+an untimed first run filled). The Chrome floor pauses cyclic GC as the reader does (with it on,
+``orjson.loads`` of 1M events takes several times longer). Each stage shows wall and CPU
+seconds and both as multiples of the floor's: on a shared machine CPU time is the steadier
+figure (for ``report`` it includes the reader pool's processes). ``--repeat N`` keeps each
+stage's best wall time, best CPU time and lowest peak. Not part of the unit tests.
 """
 
 from __future__ import annotations
 
 import argparse
-import resource
+import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cases import CASES, Case, ensure  # noqa: E402
 
-def _rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+REPO = Path(__file__).resolve().parent.parent
+STAGES = ("floor", "read", "graph+path", "replay", "diagnose", "report")
+OPTIONAL_STAGES = ("report-cached",)
+SUITES = {
+    "all": tuple(CASES),
+    "chrome": ("chrome-1M",),
+    "parquet": ("parquet-4x1M", "parquet-64x100k"),
+}
 
 
-class Stages:
-    def __init__(self, n_events: int = 0) -> None:
-        self.n = n_events
-        self.rows: list[tuple[str, float, float]] = []
+@dataclass
+class Result:
+    """Best-of-N figures of one stage."""
 
-    def run(self, name, fn, *args, **kw):
+    stage: str
+    wall: float = float("inf")
+    cpu: float = float("inf")
+    peak_mib: float = float("inf")
+    events: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def add(self, wall: float, cpu: float, peak_mib: float, out: dict) -> None:
+        self.wall, self.cpu = min(self.wall, wall), min(self.cpu, cpu)
+        self.peak_mib = min(self.peak_mib, peak_mib)
+        self.events = out.get("events", self.events)
+        self.extra = {k: v for k, v in out.items() if k not in ("wall", "cpu", "events")}
+
+
+def _run_child(cmd: list[str]) -> tuple[float, float, float, str]:
+    """Run ``cmd``; its wall time, CPU time and peak RSS (MiB, from ``wait4``) and stdout."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t = time.perf_counter()
-        out = fn(*args, **kw)
-        self.rows.append((name, time.perf_counter() - t, _rss_mib()))
-        return out
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=REPO)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t
+        proc.returncode = code = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if code:
+            raise StageFailed(f"{' '.join(cmd[:5])}... exit {code}:\n{err.read().decode()[-1500:]}")
+        cpu = usage.ru_utime + usage.ru_stime
+        return wall, cpu, usage.ru_maxrss / 1024, out.read().decode()
 
-    def print(self) -> None:
-        print(f"{'stage':<16}{'wall s':>10}{'events/s':>14}{'peak RSS MiB':>15}")
-        for name, sec, rss in self.rows:
-            rate = f"{self.n / sec:,.0f}" if sec > 0 and self.n else "-"
-            print(f"{name:<16}{sec:>10.3f}{rate:>14}{rss:>15.0f}")
-        total = sum(s for _, s, _ in self.rows)
-        print(f"{'total':<16}{total:>10.3f}{self.n / total:>14,.0f}{self.rows[-1][2]:>15.0f}")
+
+class StageFailed(Exception):
+    """A stage's process exited with an error (its stderr's tail is the message)."""
+
+
+def _stage_cmd(case: Case, stage: str, out: Path) -> list[str]:
+    inputs = [str(p) for p in case.inputs(out)]
+    if stage.startswith("report"):
+        cache = () if stage == "report-cached" else ("--no-cache",)
+        return [
+            sys.executable,
+            "-m",
+            "tracediag",
+            "report",
+            *inputs,
+            "-q",
+            "-o",
+            os.devnull,
+            *cache,
+        ]
+    if stage == "floor":
+        stage = "floor-orjson" if case.fmt == "chrome" else "floor-parquet"
+    spec = {"stage": stage, "inputs": inputs, "files": [str(f) for f in case.files(out)]}
+    spec_file = case.root(out) / "stage.json"  # a file: 64 ranks' paths overflow argv
+    spec_file.write_text(json.dumps(spec))
+    return [sys.executable, str(Path(__file__).with_name("stages.py")), str(spec_file)]
+
+
+def _measure(case: Case, stage: str, out: Path, repeat: int) -> Result:
+    result = Result(stage)
+    if stage == "report-cached":  # a private cache, filled by one untimed run
+        os.environ["TRACEDIAG_CACHE_DIR"] = str(case.root(out) / "cache")
+        _run_child(_stage_cmd(case, stage, out))
+    for _ in range(repeat):
+        wall, cpu, peak, stdout = _run_child(_stage_cmd(case, stage, out))
+        got = {} if stage.startswith("report") else json.loads(stdout.strip().splitlines()[-1])
+        result.add(got.get("wall", wall), got.get("cpu", cpu), peak, got)
+    return result
+
+
+def run_case(case: Case, stages: tuple[str, ...], out: Path, repeat: int) -> dict:
+    """Generate (if needed) and benchmark one case; prints its table and returns its figures."""
+    ensure(case, out, lambda m: print(m, file=sys.stderr, flush=True))
+    files = case.files(out)
+    size = sum(f.stat().st_size for f in files)
+    results: dict[str, Result] = {}
+    for stage in stages:
+        print(f"  {case.name}: {stage}", file=sys.stderr, flush=True)
+        try:
+            results[stage] = _measure(case, stage, out, repeat)
+        except StageFailed as exc:
+            print(f"  {case.name}: {stage} failed: {exc}", file=sys.stderr, flush=True)
+    events = next((r.events for s, r in results.items() if s == "read"), 0)
+    for r in results.values():  # the report command prints no count: it read what read read
+        r.events = r.events or events
+    _print_table(case, size, results)
+    return {
+        "case": case.name,
+        "about": case.about,
+        "bytes": size,
+        "stages": {
+            s: {"wall": r.wall, "cpu": r.cpu, "peak_mib": r.peak_mib, "events": r.events, **r.extra}
+            for s, r in results.items()
+        },
+    }
+
+
+def _print_table(case: Case, size: int, results: dict[str, Result]) -> None:
+    floor = results.get("floor")
+    print(f"\n{case.name}: {case.about}; {size / 2**20:,.0f} MiB of {case.fmt} files")
+    print(
+        f"{'stage':<13}{'events':>10}{'wall s':>8}{'cpu s':>8}{'events/s':>11}{'peak MiB':>10}"
+        f"{'x floor':>8}{'(cpu)':>7}"
+    )
+    for r in results.values():
+        rate = f"{r.events / r.wall:,.0f}" if r.wall > 0 and r.events else "-"
+        ratio = cpu_ratio = ""
+        if floor and r.stage != "floor":
+            ratio, cpu_ratio = f"{r.wall / floor.wall:.2f}", f"{r.cpu / floor.cpu:.2f}"
+        print(
+            f"{r.stage:<13}{r.events:>10,}{r.wall:>8.2f}{r.cpu:>8.2f}{rate:>11}"
+            f"{r.peak_mib:>10,.0f}{ratio:>8}{cpu_ratio:>7}"
+        )
+    report = results.get("report")
+    if report and case.fmt == "chrome":
+        print(
+            f"report peak RSS / uncompressed size: {report.peak_mib * 2**20 / size:.2f} (target 3)"
+        )
+
+
+def markdown(figures: list[dict]) -> str:
+    """The figures of :func:`run_case` as a Markdown table (one row per case and stage)."""
+    rows = [
+        "| case | stage | events | wall s | CPU s | events / CPU s | peak RSS MiB "
+        "| floor wall / CPU s | ratio wall / CPU |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+
+    def pair(a: float, b: float | None, digits: int) -> str:
+        return f"{a:.{digits}f} / " + ("-" if b is None else f"{b:.{digits}f}")
+
+    for case in figures:
+        stages = case["stages"]
+        floor = stages.get("floor")
+        for name, st in stages.items():
+            cpu = st.get("cpu")  # absent from figures of older runs
+            rate = f"{st['events'] / cpu:,.0f}" if cpu and st["events"] else ""
+            floor_text = ratio = ""
+            if floor and name != "floor":
+                floor_text = pair(floor["wall"], floor.get("cpu"), 1)
+                cpu_ratio = cpu / floor["cpu"] if cpu and floor.get("cpu") else None
+                ratio = pair(st["wall"] / floor["wall"], cpu_ratio, 2)
+            rows.append(
+                f"| {case['case']} | {name} | {st['events']:,} | {st['wall']:.2f} | "
+                f"{'-' if cpu is None else f'{cpu:.2f}'} | {rate} | {st['peak_mib']:,.0f} | "
+                f"{floor_text} | {ratio} |"
+            )
+    return "\n".join(rows)
+
+
+def _custom(args: argparse.Namespace) -> Case:
+    about = f"custom: {args.fmt}, {args.ranks} ranks, scale {args.scale:g}, {args.scenario}"
+    return Case("custom", args.fmt, args.ranks, args.scale, args.scenario, about)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ranks", type=int, default=4)
-    ap.add_argument("--scale", type=float, default=50.0)
-    ap.add_argument("--format", default="parquet", choices=("parquet", "json", "chrome"))
-    ap.add_argument("--scenario", default="mixed")
-    args = ap.parse_args(argv)
-
-    from tracediag.align import align_clocks
-    from tracediag.analysis import analyse
-    from tracediag.engine import diagnose
-    from tracediag.generator import generate
-    from tracediag.load import load
-    from tracediag.matching import split_mismatched
-    from tracediag.replay import WhatIf, replay
-
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / args.scenario
-        t = time.perf_counter()
-        generate(args.scenario, out, ranks=args.ranks, scale=args.scale, formats=(args.format,))
-        size = sum(f.stat().st_size for f in (out / args.format).rglob("*") if f.is_file())
-        print(
-            f"generated {args.scenario} x{args.scale:g}, {args.ranks} ranks, {args.format}: "
-            f"{size / 2**20:.1f} MiB on disk in {time.perf_counter() - t:.1f} s"
-        )
-        st = Stages()
-        trace = st.run("read", load, [out / args.format], align=False)
-        st.n = len(trace.events)
-        st.run("align", lambda: (align_clocks(trace), split_mismatched(trace)))
-        analysis = st.run("graph+path", analyse, trace)
-        g = analysis.graph
-        st.run("replay", replay, g, WhatIf.durations(g.order[:1], g.dur[g.order[:1]]))
-        st.run("diagnose", diagnose, trace)
-    print(
-        f"{st.n:,} events, {len(trace.edges):,} recorded edges, {len(g):,} graph nodes, "
-        f"{len(g.pred_src):,} graph edges"
+    ap.add_argument("--suite", choices=SUITES, help="a set of cases (all, chrome, parquet)")
+    ap.add_argument(
+        "--case", action="append", choices=(*CASES, "custom"), help="a case (repeatable)"
     )
-    st.print()
+    ap.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset of stages")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per stage; the best is kept")
+    ap.add_argument("--out", type=Path, default=REPO / "bench_out", help="generated files")
+    ap.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    ap.add_argument(
+        "--markdown",
+        nargs="*",
+        type=Path,
+        metavar="JSON",
+        help="print the README table of earlier --json files (run nothing)",
+    )
+    custom = ap.add_argument_group("custom case (--case custom)")
+    custom.add_argument("--fmt", default="parquet", choices=("parquet", "chrome"))
+    custom.add_argument("--ranks", type=int, default=4)
+    custom.add_argument("--scale", type=float, default=50.0)
+    custom.add_argument("--scenario", default="mixed")
+    args = ap.parse_args(argv)
+    if args.markdown is not None:
+        print(markdown([c for f in args.markdown for c in json.loads(f.read_text())]))
+        return 0
+    names = list(SUITES[args.suite]) if args.suite else []
+    names += [n for n in args.case or [] if n not in names]
+    if not names:
+        ap.error("give --suite or --case")
+    stages = tuple(s for s in args.stages.split(",") if s)
+    if unknown := set(stages) - set(STAGES + OPTIONAL_STAGES):
+        known = ", ".join(STAGES + OPTIONAL_STAGES)
+        ap.error(f"unknown stages {sorted(unknown)}; known: {known}")
+    print(f"{os.cpu_count()} CPUs; best of {args.repeat}")
+    figures = [
+        run_case(_custom(args) if n == "custom" else CASES[n], stages, args.out, args.repeat)
+        for n in names
+    ]
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
     return 0
 
 

@@ -6,7 +6,9 @@ therefore reads the decimal text of those literals straight from the document (a
 bytes, in document order) and turns it into int64 ns with integer arithmetic
 (:func:`us_text_to_ns`). It checks that the texts line up one to one with the decoded values
 (same count, same float value); when they do not (a ``ts`` key elsewhere in the document, string
-times), it decodes a copy whose time literals were quoted, which is exact but slower.
+times), it decodes a copy whose time literals were quoted, which is exact but slower. Times small
+enough that the decoded double pins the ns down (relative to ``baseTimeNanoseconds``) skip the
+text altogether (:func:`_small_exact_ns`).
 
 orjson refuses the non-standard ``NaN``/``Infinity`` literals some writers emit, and (depending on
 its version) integers beyond 64 bits: on such an error the document is sanitised (those literals
@@ -79,6 +81,13 @@ class Decoded:
         Returns ``(ns, valid)`` as :func:`us_text_to_ns` does.
         """
         numeric = _numeric_mask(values)
+        fast = _small_exact_ns(values[numeric])
+        if fast is not None:
+            ns, valid = np.zeros(len(values), dtype=np.int64), np.zeros(len(values), dtype=bool)
+            ns[numeric], valid[numeric] = fast, True
+            if not numeric.all():
+                ns[~numeric], valid[~numeric] = us_text_to_ns(values[~numeric])  # text, missing
+            return ns, valid
         texts = _TIME_NUMBER[key].findall(self.data)
         if len(texts) == int(numeric.sum()):
             text = pa.array(texts, type=pa.binary()).cast(pa.string())
@@ -179,6 +188,26 @@ def _numeric_mask(values: np.ndarray) -> np.ndarray:
     if kind in ("integer", "floating", "mixed-integer-float", "empty"):
         return pd.notna(values)
     return np.array([type(v) in (int, float) for v in values], dtype=bool)
+
+
+def _small_exact_ns(values: np.ndarray) -> np.ndarray | None:
+    """Exact ns of decoded µs numbers without their text, or None when that cannot be proven.
+
+    For |v| < 2**40 µs (12 days: traces relative to ``baseTimeNanoseconds``) a double's spacing
+    is under 2**-12 µs, so if ``round(v * 1000) / 1000`` gives ``v`` back, the literal was within
+    0.25 ns of that integer and rounds to it (as :func:`us_text_to_ns` would). Absolute epoch
+    times (~2**50 µs) fail the test: their sub-µs digits are read from the text.
+    """
+    try:
+        v = values.astype(np.float64)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if not (np.abs(v) < 2.0**40).all():  # also False for NaN and inf
+        return None
+    ns = np.rint(v * 1000.0)
+    if not np.array_equal(ns / 1000.0, v):
+        return None
+    return ns.astype(np.int64)
 
 
 def _text_floats(text: pa.StringArray) -> np.ndarray:

@@ -29,7 +29,7 @@ from tracediag.parsers.kineto_sync import sync_edges
 FORMAT = "chrome-json"
 
 _SNIFF_BYTES = 1 << 20  # Kineto writes device properties (kilobytes) before "traceEvents"
-_TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:')
 _EVENT_KEYS = (re.compile(rb'"ph"\s*:\s*"'), re.compile(rb'"ts"\s*:'))
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 _INFO_KEYS = ("schemaVersion", "baseTimeNanoseconds", "traceName", "displayTimeUnit")
@@ -82,6 +82,7 @@ def _read(path: Path) -> RankPart:
         raise TraceInputError(path, "trace has no events ('traceEvents' is empty)")
     # Kineto's ac2g flows repeat the launch correlation: launch edges carry them.
     table = tabulate(decoded, skip_flows=("ac2g",))
+    del decoded  # the event dicts and the document's bytes: the largest objects of the read
     for reason, n in table.counts.items():
         meta.count(reason, n)
     slices = sanitize_events(table.slices, meta)
@@ -114,7 +115,7 @@ def _rank_and_info(meta: S.RankMeta, info: dict, path: Path) -> None:
     for key in _INFO_KEYS:
         if key in info:
             meta.info[key] = info[key]
-    for key in ("world_size", "backend"):
+    for key in ("world_size", "backend", "pg_config"):  # pg_config: process groups (layout.py)
         if key in dist:
             meta.info[key] = dist[key]
     devices = info.get("deviceProperties")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 import pandas as pd
@@ -81,7 +82,7 @@ class Rows:
     thread: np.ndarray  # integer code of (gpu?, pid, tid): one per track
     ts: np.ndarray
     end: np.ndarray
-    args: np.ndarray
+    args: np.ndarray  # each slice's args dict ({} where the event had none)
     corr: np.ndarray  # args.correlation, NaN when absent
     on_gpu: np.ndarray
 
@@ -138,10 +139,8 @@ def describe(slices: pd.DataFrame) -> Rows:
 
 
 def arg_values(args: np.ndarray, rows: np.ndarray, key: str) -> np.ndarray:
-    """``args[key]`` of the given rows (None where absent)."""
-    out = np.empty(len(rows), dtype=object)
-    out[:] = [a.get(key) if isinstance(a, dict) else None for a in args[rows]]
-    return out
+    """``args[key]`` of the given rows (None where absent); ``args`` holds dicts only."""
+    return np.fromiter(map(dict.get, args[rows], repeat(key)), dtype=object, count=len(rows))
 
 
 def arg_numbers(args: np.ndarray, rows: np.ndarray, key: str) -> np.ndarray:

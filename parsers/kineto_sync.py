@@ -42,7 +42,7 @@ def sync_edges(rows: Rows, kind: np.ndarray) -> pd.DataFrame:
     recorded_corr = arg_numbers(rows.args, records, "wait_on_cuda_event_record_corr_id")
     rec_corr = rows.corr[records]
 
-    w_stream = rows.pid[work].astype(str) + "/" + rows.tid[work].astype(str)
+    w_stream = _per_track_text(rows, work, lambda pid, tid: f"{pid}/{tid}")
     launched = np.isfinite(rows.corr[work])
     recorded = _search(
         w_stream[launched], rows.corr[work][launched], waits_on, recorded_corr, "before"
@@ -82,7 +82,11 @@ def sync_edges(rows: Rows, kind: np.ndarray) -> pd.DataFrame:
         scope.loc[idx[sel]] = key[known][sel]
     w_end = rows.end[work]
     w_scope = np.concatenate(
-        [w_stream, rows.pid[work].astype(str), np.full(len(work), "*", dtype=object)]
+        [
+            w_stream,
+            _per_track_text(rows, work, lambda pid, _tid: str(pid)),
+            np.full(len(work), "*", dtype=object),
+        ]
     )
     w_rows = np.concatenate([work, work, work])
     last = _search(
@@ -93,6 +97,13 @@ def sync_edges(rows: Rows, kind: np.ndarray) -> pd.DataFrame:
     src.append(last_row[inside])
     dst.append(rest[inside])
     return _edges(src, dst)
+
+
+def _per_track_text(rows: Rows, idx: np.ndarray, text) -> np.ndarray:
+    """``text(pid, tid)`` of the given rows, built once per track (not per row)."""
+    codes, first, inverse = np.unique(rows.thread[idx], return_index=True, return_inverse=True)
+    per_track = np.array([text(rows.pid[idx[f]], rows.tid[idx[f]]) for f in first], dtype=object)
+    return per_track[inverse] if len(codes) else np.zeros(0, dtype=object)
 
 
 def _record_kind(rows: Rows, records: np.ndarray) -> np.ndarray:
