@@ -1,3 +1,112 @@
-"""tracediag: why is this ML accelerator job slow? Critical path, stalls and what fixing them saves."""
+"""tracediag: why is this ML accelerator job slow? Critical path, stalls and what fixing them saves.
+
+The Python API (see :mod:`tracediag.api` and :mod:`tracediag.api_whatif`)::
+
+    import tracediag
+
+    job = tracediag.load("profiles/")            # a Job: events, tracks, edges, collectives
+    diagnosis = tracediag.diagnose(job)          # findings, critical path, breakdowns, JSON
+    diagnosis.findings_df.head()
+    tracediag.what_if(job, tracediag.Scale(rank=1, factor=0.8)).saving_ns
+    job.tui()                                    # the terminal UI on the loaded job
+
+Importing the package loads nothing heavy: every name below is imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from types import ModuleType
+
+TYPE_CHECKING = False  # not typing's: importing typing would double this package's import time
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "Config",
+    "Diagnosis",
+    "Finding",
+    "Job",
+    "RemoveWait",
+    "Scale",
+    "Severity",
+    "TraceInputError",
+    "TracediagError",
+    "UsageError",
+    "WhatIfResult",
+    "__version__",
+    "diagnose",
+    "load",
+    "open_tui",
+    "what_if",
+]
+
+#: Public name -> the module that defines it (imported when the name is first used).
+_LAZY = {
+    "Job": "tracediag.api",
+    "Diagnosis": "tracediag.api",
+    "diagnose": "tracediag.api",
+    "open_tui": "tracediag.api",
+    "Scale": "tracediag.api_whatif",
+    "RemoveWait": "tracediag.api_whatif",
+    "WhatIfResult": "tracediag.api_whatif",
+    "what_if": "tracediag.api_whatif",
+    "Finding": "tracediag.findings",
+    "Severity": "tracediag.findings",
+    "Config": "tracediag.config",
+    "TracediagError": "tracediag.errors",
+    "TraceInputError": "tracediag.errors",
+    "UsageError": "tracediag.errors",
+}
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    from tracediag.api import Diagnosis, Job, diagnose, load, open_tui
+    from tracediag.api_whatif import RemoveWait, Scale, WhatIfResult, what_if
+    from tracediag.config import Config
+    from tracediag.errors import TracediagError, TraceInputError, UsageError
+    from tracediag.findings import Finding, Severity
+
+
+def __getattr__(name: str) -> Any:
+    if name == "load":  # the submodule, made callable when it is imported (see _Package)
+        return importlib.import_module("tracediag.load")
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'tracediag' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+class _CallableLoadModule(ModuleType):
+    """``tracediag.load``: the loader module, callable as :func:`tracediag.api.load`.
+
+    The package cannot simply hold the function under that name: importing the submodule
+    ``tracediag.load`` (the CLI, the TUI and the API all do) rebinds the package's attribute to
+    the module. So the module itself answers the call, and ``tracediag.load.load`` and its other
+    functions stay where code and tests expect them.
+    """
+
+    def __call__(self, paths: Any, /, **options: Any) -> Any:
+        """``tracediag.load(paths, **options) -> Job``: see :func:`tracediag.api.load`."""
+        from tracediag.api import load
+
+        return load(paths, **options)
+
+
+class _Package(ModuleType):
+    """The package's module type: makes the ``load`` submodule callable as it is bound here."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "load" and type(value) is ModuleType:
+            value.__class__ = _CallableLoadModule
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
