@@ -14,6 +14,7 @@ from tracediag.cli.common import (
     add_diagnosis_options,
     diagnose_paths,
     emit,
+    output_width,
     resolve_config,
     say,
     use_color,
@@ -83,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     report = diagnosis.to_dict()
     comparison = compare(report, baseline, config.baseline) if baseline else None
     report["gate"] = evaluate_gate(report, config.fail_on, config.budgets, comparison)
-    emit(args, render_check(report, args.format, color=use_color(args.output)))
+    color, width = use_color(args.output), output_width(args.output)
+    emit(args, render_check(report, args.format, color=color, width=width))
     say(args, verdict_line(report["gate"]))
     if args.record:
         from tracediag.history import record

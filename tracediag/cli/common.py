@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +16,8 @@ from tracediag.report.labels import plural
 
 if TYPE_CHECKING:
     from tracediag.engine import Diagnosis
+
+MAX_WIDTH = 100  # text output is never wider: long lines are hard to read
 
 
 def codes(text: str) -> list[str]:
@@ -43,16 +46,73 @@ def add_diagnosis_options(parser: argparse.ArgumentParser) -> None:
     sel.add_argument("--extend-select", type=codes, metavar="CODES", help="run these rules as well")
     sel.add_argument("--ignore", type=codes, metavar="CODES", help="do not run these rules")
     parser.add_argument(
+        "--layout",
+        type=layout_sizes,
+        metavar="SIZES",
+        help="the parallel layout, e.g. dp=4,tp=8,pp=4 (ranks numbered tp fastest, then dp, "
+        "then stage), instead of inferring it from the collectives",
+    )
+    parser.add_argument(
         "--no-align",
         action="store_true",
         help="keep each rank's clock as recorded (no offset estimation)",
     )
+    add_reading_options(parser)
     parser.add_argument(
         "-o", "--output", type=Path, metavar="FILE", help="write the report to FILE, not stdout"
     )
     parser.add_argument(
         "-q", "--quiet", action="store_true", help="no progress or summary lines on stderr"
     )
+
+
+def jobs_count(text: str) -> int:
+    """argparse type of ``--jobs``: a positive integer."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of processes")
+    return n
+
+
+def add_reading_options(parser: argparse.ArgumentParser) -> None:
+    """How traces are read: the cache, reader processes, a Dask cluster."""
+    group = parser.add_argument_group("reading")
+    group.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="neither use nor fill the cache of parsed traces ($TRACEDIAG_CACHE_DIR, else "
+        "~/.cache/tracediag)",
+    )
+    group.add_argument(
+        "--jobs",
+        type=jobs_count,
+        metavar="N",
+        help="reader processes (default: one per input file up to the CPU count; 1: serial)",
+    )
+    group.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="read the files on a Dask cluster (e.g. tcp://host:8786; needs tracediag[dask] "
+        "and the inputs on a filesystem the workers share)",
+    )
+
+
+def reading_options(args: argparse.Namespace) -> dict:
+    """``load()`` keyword arguments from the reading options."""
+    return {"cache": not args.no_cache, "jobs": args.jobs, "scheduler": args.scheduler}
+
+
+def layout_sizes(text: str) -> dict[str, int]:
+    """argparse type of ``--layout``: ``dp=4,tp=8,pp=4`` -> sizes."""
+    from tracediag.layout import parse_layout
+
+    try:
+        return parse_layout(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def did_you_mean(word: str, choices) -> str:
@@ -87,6 +147,8 @@ def resolve_config(args: argparse.Namespace) -> Config:
         config.select, config.extend_select, config.ignore = args.select, [], []
     config.extend_select = config.extend_select + (args.extend_select or [])
     config.ignore = config.ignore + (args.ignore or [])
+    if getattr(args, "layout", None):
+        config.layout = args.layout
     return config
 
 
@@ -105,6 +167,7 @@ def diagnose_paths(args: argparse.Namespace, config: Config) -> Diagnosis:
         args.paths,
         align=config.align and not args.no_align,
         progress=None if args.quiet else stderr_progress,
+        **reading_options(args),
     )
     if trace.skipped:
         say(
@@ -118,6 +181,14 @@ def diagnose_paths(args: argparse.Namespace, config: Config) -> Diagnosis:
 def use_color(output: Path | None) -> bool:
     """ANSI colour only on a terminal, and never when NO_COLOR is set (no-color.org)."""
     return output is None and not os.environ.get("NO_COLOR") and sys.stdout.isatty()
+
+
+def output_width(output: Path | None) -> int:
+    """Columns of text output: the terminal's (``COLUMNS`` when set), at most 100; 100 for a
+    file or a pipe, so saved reports and CI logs do not depend on who ran the command."""
+    if output is not None or not sys.stdout.isatty():
+        return MAX_WIDTH
+    return min(shutil.get_terminal_size((MAX_WIDTH, 24)).columns, MAX_WIDTH)
 
 
 def emit(args: argparse.Namespace, text: str) -> None:

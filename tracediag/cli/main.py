@@ -7,6 +7,7 @@ budgets exceeded, regressions against a baseline), 2 usage, configuration or inp
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 import traceback
@@ -15,6 +16,7 @@ from tracediag import __version__
 from tracediag.cli import (
     baseline_cmd,
     check_cmd,
+    completion,
     diff_cmd,
     export_cmd,
     generate_cmd,
@@ -57,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate_cmd.add_parser(commands)
     export_cmd.add_parser(commands)
     tui_command.add_parser(commands)
+    completion.add_parser(commands)
     return parser
 
 
@@ -74,18 +77,31 @@ def _tui_by_default(parser: argparse.ArgumentParser, argv: list[str] | None) -> 
     if not argv or argv[0].startswith("-") or argv[0] in names:
         return argv
     # Only what is or looks like a path opens the TUI (which then reports a missing one): a bare
-    # word is a usage error argparse names, never an interactive screen a script would hang on.
+    # word is a usage error (see _check_command), never an interactive screen a script would
+    # hang on.
     first = argv[0]
     if not Path(first).exists() and not any(c in first for c in "/\\."):
         return argv
     return ["tui", *argv]
 
 
+def _check_command(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """An unknown first word is a usage error naming the closest subcommand ("did you mean")."""
+    names = next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if not argv or argv[0].startswith("-") or argv[0] in names:
+        return
+    close = difflib.get_close_matches(argv[0], list(names), n=1, cutoff=0.6)
+    hint = f"; did you mean '{close[0]}'?" if close else f" (see '{parser.prog} --help')"
+    raise UsageError(f"unknown command '{argv[0]}'{hint}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns the exit code. Expected errors become one line on stderr."""
     try:
         parser = build_parser()
-        args = parser.parse_args(_tui_by_default(parser, argv))
+        argv = _tui_by_default(parser, argv)
+        _check_command(parser, argv)
+        args = parser.parse_args(argv)
         return args.run(args)
     except TracediagError as exc:
         _fail(exc.one_line())

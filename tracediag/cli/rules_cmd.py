@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from tracediag.cli.common import did_you_mean
+from tracediag.cli.common import did_you_mean, output_width
 from tracediag.errors import UsageError
 from tracediag.findings import FAMILIES, family_of
-
-WIDTH = 100
 
 
 def add_parsers(commands) -> None:
@@ -33,7 +31,7 @@ def add_parsers(commands) -> None:
 
 
 def run_rules(args: argparse.Namespace) -> int:
-    """Print the rule table, one rule a line, cut to fit 100 columns."""
+    """Print the rule table, one rule a line, cut to the terminal's width (at most 100 columns)."""
     from tracediag.rule import all_rules
 
     rows = [
@@ -43,9 +41,10 @@ def run_rules(args: argparse.Namespace) -> int:
     ]
     header = ("code", "name", "family", "severity", "title")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    width = output_width(None)
     for row in [header, *rows]:
         line = "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=False)) + "  " + row[4]
-        print(line if len(line) <= WIDTH else line[: WIDTH - 1] + "…")
+        print(line if len(line) <= width else line[: width - 1] + "…")
     return 0
 
 

@@ -18,10 +18,11 @@ from tracediag.report.text import render_text
 CHECK_FORMATS = ("text", "json", "markdown", "junit", "sarif", "github")
 
 
-def render_check(report: dict, fmt: str, *, color: bool = False) -> str:
-    """The check report (with ``gate``) in format ``fmt`` (one of :data:`CHECK_FORMATS`)."""
+def render_check(report: dict, fmt: str, *, color: bool = False, width: int = 100) -> str:
+    """The check report (with ``gate``) in format ``fmt`` (one of :data:`CHECK_FORMATS`);
+    ``color`` and ``width`` (columns) for text only."""
     if fmt == "text":
-        return render_text(report, color=color) + render_gate_text(report["gate"])
+        return render_text(report, color=color, width=width) + render_gate_text(report["gate"])
     if fmt == "markdown":
         return render_markdown(report) + render_gate_markdown(report["gate"])
     renderers = {

@@ -1,6 +1,7 @@
 """The terminal report: inputs, ranks, the critical path by category, findings ranked by saving.
 
-Reads only ``Diagnosis.to_dict()``; lines fit 100 columns; ANSI colour only when asked for.
+Reads only ``Diagnosis.to_dict()``; lines fit ``width`` columns (100 unless the caller sizes it
+to a terminal); ANSI colour only when asked for.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from tracediag.report.labels import percent, plural, ranks_label, severity_count
 from tracediag.units import fmt_ns
 
 WIDTH = 100
+MIN_WIDTH = 60  # narrower requests are laid out at this width
 _BAR = 30  # characters for 100% of the critical path
 _MAX_INPUTS = 8  # more inputs are summarised in one line
 _SEVERITY_STYLE = {"error": "1;31", "warning": "1;33", "info": "36"}
@@ -37,11 +39,11 @@ _NUMBER_UNIT = re.compile(r"(\d) (ns|µs|ms|s|B|KiB|MiB|GiB|GB/s)\b")
 _NBSP = "\u00a0"  # textwrap splits on ASCII whitespace only
 
 
-def _wrap(text: str, indent: int, hanging: int) -> list[str]:
-    """``text`` wrapped to WIDTH, first line indented by ``indent``, the rest by ``hanging``."""
+def _wrap(text: str, indent: int, hanging: int, width: int = WIDTH) -> list[str]:
+    """``text`` wrapped to ``width``, first line indented by ``indent``, the rest by ``hanging``."""
     glued = _NUMBER_UNIT.sub(rf"\1{_NBSP}\2", text)
     lines = textwrap.wrap(
-        glued, WIDTH, initial_indent=" " * indent, subsequent_indent=" " * hanging
+        glued, width, initial_indent=" " * indent, subsequent_indent=" " * hanging
     )
     return [line.replace(_NBSP, " ") for line in lines]
 
@@ -50,14 +52,13 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _inputs(report: dict) -> list[str]:
+def _inputs(report: dict, width: int) -> list[str]:
     inputs = report["inputs"]
     lines = []
     for inp in inputs[:_MAX_INPUTS]:
         where = f"{inp['format']:<16} {ranks_label(inp['ranks'])}"
-        lines.append(
-            f"  {_clip(inp['path'], WIDTH - 4 - len(where)):<{WIDTH - 4 - len(where)}}  {where}"
-        )
+        room = max(width - 4 - len(where), 12)
+        lines.append(_clip(f"  {_clip(inp['path'], room):<{room}}  {where}", width))
     if len(inputs) > _MAX_INPUTS:
         lines.append(f"  ... and {len(inputs) - _MAX_INPUTS} more inputs")
     return lines or ["  (none recorded)"]
@@ -67,20 +68,59 @@ def _pct_cell(pct: dict, key: str, width: int) -> str:
     return f"{pct[key]:>{width - 1}.1f}%" if key in pct else f"{'-':>{width}}"
 
 
-def _ranks(report: dict) -> list[str]:
-    lines = [
-        f"  {'rank':>5}  {'format':<16} {'hardware':<16} {'step time':>11} {'clock offset':>13}"
-        f" {'compute':>8} {'comm':>6} {'memory':>7} {'idle':>6}"
-    ]
+#: The ranks table after its rank column: (header, width, alignment). On a narrow terminal the
+#: columns of _NARROW_DROPS give way, in that order.
+_RANK_COLUMNS = (
+    ("format", 16, "<"),
+    ("hardware", 16, "<"),
+    ("step time", 11, ">"),
+    ("clock offset", 13, ">"),
+    ("compute", 8, ">"),
+    ("comm", 6, ">"),
+    ("memory", 7, ">"),
+    ("idle", 6, ">"),
+)
+_NARROW_DROPS = ("hardware", "format", "clock offset")
+
+
+def _rank_columns(width: int) -> list[tuple[str, int, str]]:
+    columns = list(_RANK_COLUMNS)
+    for name in _NARROW_DROPS:
+        if 9 + sum(w + 1 for _, w, _ in columns) - 1 <= width:
+            break
+        columns = [c for c in columns if c[0] != name]
+    return columns
+
+
+def layout_label(layout: dict) -> str:
+    """``dp=2 tp=1 pp=4 ep=1 (inferred)``, with the layout's notes."""
+    sizes = " ".join(f"{d}={layout[d]}" for d in ("dp", "tp", "pp", "ep"))
+    notes = "; ".join(layout.get("notes", []))
+    return f"{sizes} ({layout['source']}{'; ' + notes if notes else ''})"
+
+
+def _ranks(report: dict, width: int) -> list[str]:
+    columns = _rank_columns(width)
+
+    def row(rank: str, cells: dict[str, str]) -> str:
+        text = " ".join(f"{_clip(cells[h], w):{a}{w}}" for h, w, a in columns)
+        return _clip(f"  {rank:>5}  {text}", width)
+
+    lines = [row("rank", {h: h for h, _, _ in columns})]
     repairs = []
     for r in report["ranks"]:
         pct = r["breakdown_pct"]
-        lines.append(
-            f"  {r['rank']:>5}  {_clip(r['format'] or '-', 16):<16} {_clip(r['hardware'] or '-', 16):<16}"
-            f" {fmt_ns(r['step_time_ns']):>11} {fmt_ns(r['clock_offset_ns']):>13}"
-            f" {_pct_cell(pct, 'compute', 8)} {_pct_cell(pct, 'communication', 6)}"
-            f" {_pct_cell(pct, 'memory', 7)} {_pct_cell(pct, 'idle', 6)}"
-        )
+        cells = {
+            "format": r["format"] or "-",
+            "hardware": r["hardware"] or "-",
+            "step time": fmt_ns(r["step_time_ns"]),
+            "clock offset": fmt_ns(r["clock_offset_ns"]),
+            "compute": _pct_cell(pct, "compute", 8),
+            "comm": _pct_cell(pct, "communication", 6),
+            "memory": _pct_cell(pct, "memory", 7),
+            "idle": _pct_cell(pct, "idle", 6),
+        }
+        lines.append(row(str(r["rank"]), cells))
         if r["repairs"]:
             done = ", ".join(f"{n} {reason}" for reason, n in sorted(r["repairs"].items()))
             repairs.append(f"rank {r['rank']}: {done}")
@@ -88,19 +128,22 @@ def _ranks(report: dict) -> list[str]:
     for r in report["ranks"]:
         by_clock.setdefault(r["clock"] or "as recorded", []).append(r["rank"])
     clocks = "; ".join(f"{how} {ranks_label(ranks)}" for how, ranks in by_clock.items())
-    lines += _wrap(f"Clock alignment: {clocks}", 2, 4)
+    lines += _wrap(f"Clock alignment: {clocks}", 2, 4, width)
+    if report.get("layout"):  # reports saved before layouts existed have none
+        lines += _wrap(f"Parallel layout: {layout_label(report['layout'])}", 2, 4, width)
     if repairs:
         lines.append("  Rows repaired or dropped:")
-        lines += [_clip(f"    {line}", WIDTH) for line in repairs]
+        lines += [_clip(f"    {line}", width) for line in repairs]
     return lines
 
 
-def _critical_path(report: dict) -> list[str]:
+def _critical_path(report: dict, width: int) -> list[str]:
     cp = report["critical_path"]
     length = cp["length_ns"]
     lines = []
+    bar_width = min(_BAR, width - 46)  # what the category, time and share leave
     for cat, ns in cp["by_category_ns"].items():
-        bar = "█" * round(_BAR * ns / length) if length else ""
+        bar = "█" * round(bar_width * ns / length) if length else ""
         lines.append(f"  {cat:<20} {fmt_ns(ns):>11} {percent(ns, length):>7}  {bar}")
     engines = sorted(cp["compute_by_engine_ns"].items(), key=lambda kv: -kv[1])
     if engines:
@@ -108,16 +151,16 @@ def _critical_path(report: dict) -> list[str]:
         parts = ", ".join(
             f"{e} {fmt_ns(ns)} ({percent(ns, length)})".replace(" ", _NBSP) for e, ns in engines
         )
-        lines += _wrap(f"compute by engine: {parts}", 2, 4)
+        lines += _wrap(f"compute by engine: {parts}", 2, 4, width)
     return lines
 
 
-def _findings(report: dict, style: _Style) -> list[str]:
+def _findings(report: dict, style: _Style, width: int) -> list[str]:
     path_start = report["critical_path"]["start_ns"]
     lines: list[str] = []
     for n, f in enumerate(report["findings"], 1):
         head = f"{n:>3}. {f['code']:<7} "
-        title = _clip(f["title"], WIDTH - len(head) - 8)
+        title = _clip(f["title"], width - len(head) - 8)
         lines.append(f"{head}{style.severity(f['severity'], 8)}{style.heading(title)}")
         where = [ranks_label(f["ranks"])] if f["ranks"] else []
         where += [f"{k} {f[k]}" for k in ("engine", "layer", "op") if f[k]]
@@ -129,16 +172,18 @@ def _findings(report: dict, style: _Style) -> list[str]:
             f" saving {fmt_ns(f['saving_ns'])}"
         )
         for text in (" | ".join(where), facts, f["message"]):
-            lines += _wrap(text, 5, 7)
+            lines += _wrap(text, 5, 7, width)
         if f["suggestion"]:
-            lines += _wrap(f"fix: {f['suggestion']}", 5, 10)
+            lines += _wrap(f"fix: {f['suggestion']}", 5, 10, width)
         lines.append("")
     return lines or ["  No findings.", ""]
 
 
-def render_text(report: dict, *, color: bool = False) -> str:
-    """The report for a terminal; ``color`` adds ANSI styles (the caller decides: TTY, NO_COLOR)."""
+def render_text(report: dict, *, color: bool = False, width: int = WIDTH) -> str:
+    """The report for a terminal; ``color`` adds ANSI styles (the caller decides: TTY, NO_COLOR);
+    lines fit ``width`` columns (at least :data:`MIN_WIDTH`)."""
     style = _Style(color)
+    width = max(width, MIN_WIDTH)
     cp = report["critical_path"]
     summary = report["summary"]
     tool = report["tool"]
@@ -147,17 +192,21 @@ def render_text(report: dict, *, color: bool = False) -> str:
         f" critical path {fmt_ns(cp['length_ns'])},"
         f" {plural(summary['findings'], 'finding')} ({severity_counts(summary)})"
     )
-    out = [style.heading(title), "", style.heading("Inputs"), *_inputs(report), ""]
-    out += [style.heading("Ranks"), *_ranks(report), ""]
+    out = [*(style.heading(line) for line in _wrap(title, 0, 2, width)), ""]
+    out += [style.heading("Inputs"), *_inputs(report, width), ""]
+    out += [style.heading("Ranks"), *_ranks(report, width), ""]
     out += [
         style.heading(f"Critical path: {fmt_ns(cp['length_ns'])}, by category"),
-        *_critical_path(report),
+        *_critical_path(report, width),
         "",
     ]
     findings_head = "Findings, by what-if saving (windows from the start of the critical path)"
-    out += [style.heading(findings_head), *_findings(report, style)]
-    out.append(
+    out += [style.heading(_clip(findings_head, width)), *_findings(report, style, width)]
+    out += _wrap(
         f"Upper bound on the total saving: {fmt_ns(summary['total_saving_ns_upper_bound'])}"
-        " (savings overlap; each is measured alone)."
+        " (savings overlap; each is measured alone).",
+        0,
+        2,
+        width,
     )
     return "\n".join(out) + "\n"
