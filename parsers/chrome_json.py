@@ -78,6 +78,10 @@ def _read(path: Path) -> RankPart:
     _rank_and_info(meta, info, path)
     for reason, n in decoded.rewritten.items():
         meta.count(reason, n)
+    if decoded.events and decoded.events[-1] == {}:
+        # TensorFlow/JAX trace-viewer JSON ends traceEvents with an empty object: a terminator
+        # the format's writers add, not an event (nothing is lost by not counting it).
+        decoded.events.pop()
     if not decoded.events:
         raise TraceInputError(path, "trace has no events ('traceEvents' is empty)")
     # Kineto's ac2g flows repeat the launch correlation: launch edges carry them.

@@ -51,3 +51,9 @@ def test_a_host_only_profile_has_no_device_to_leave_idle(traces):
     assert d.analysis.length_ns == 154_717_116  # the profiled window of the five steps
     # HST401 and CMP301 once called this "the device idles 96% waiting for the host"
     assert [f.code for f in d.findings] == []
+
+
+def test_the_trace_viewer_terminator_is_not_a_damaged_row(traces):
+    # jax.profiler's JSON ends traceEvents with {} (as TensorFlow's trace viewer writes it)
+    _, js = traces
+    assert js.meta[0].repairs == {}
