@@ -333,3 +333,16 @@ def test_num_rules_say_nothing_on_real_fp32_and_tf32_jobs(name):
     assert np.isin(dtypes.names(dtypes.event_dtypes(trace))[dtypes.matmul_events(trace)],
                    ["fp32", "tf32"]).all()  # fmt: skip
     assert _num(trace).findings == []
+
+
+def test_precision_scenarios_have_no_gpu_flavour(tmp_path):
+    # The Chrome flavour renders no fp32 GEMM kernels: it is skipped, said so in the truth,
+    # rather than shipping a fault no rule can see.
+    from tracediag.generator import generate
+
+    truth = generate("fp32_matmul", tmp_path / "g", formats=("parquet", "chrome"), ranks=2)
+    assert truth["formats"] == ["parquet"] and "chrome" not in truth
+    assert "fp32_matmul" in truth["skipped_formats"]["chrome"]
+    assert not (tmp_path / "g" / "chrome").exists()
+    with pytest.raises(ValueError, match="no Chrome"):
+        generate("numerical_error", tmp_path / "h", formats=("chrome",), ranks=2)

@@ -83,6 +83,9 @@ def generate(
         return generate_parallel(scenario, out, formats, ranks, seed, scale, gzip_json=gzip_json)
     shape = WorkloadShape(layers=max(2, round(DEFAULT_LAYERS * scale)))
     faults = scenario_faults(scenario, ranks, shape.layers)
+    hidden = sorted({f.kind for f in faults if not f.gpu_visible})
+    if hidden and set(formats) == {"chrome"}:
+        raise ValueError(f"scenario {scenario!r} has no Chrome (GPU) flavour")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     device = run_device(shape, faults, ranks, seed)
@@ -114,7 +117,12 @@ def generate(
         if {"perfetto", "system"} & set(formats):
             _write_host_side(every, offsets, formats, out)
             truth["device"]["host_clock_offset_ns"] = write_system_profile.HOST_EPOCH_NS
-    if "chrome" in formats:
+    if "chrome" in formats and hidden:
+        truth["formats"].remove("chrome")
+        truth["skipped_formats"] = {
+            "chrome": f"the GPU flavour does not model {', '.join(hidden)} faults"
+        }
+    elif "chrome" in formats:
         gpu = run_gpu(device, faults, seed)
         hosts = host_offsets(ranks, seed)
         for rank in range(ranks):

@@ -78,6 +78,12 @@ class Fault:
         """False for faults that only exist in the GPU flavour (host launch stalls)."""
         return self.kind != "host_gaps"
 
+    @property
+    def gpu_visible(self) -> bool:
+        """False for faults the GPU flavour does not model: precision faults need GEMM kernel
+        names and durations at a GPU's fp32/bf16 peak ratio, which it does not render."""
+        return self.kind not in ("fp32_matmul", "numerical_error")
+
     def rank_mask(self, ranks: int) -> np.ndarray:
         """Boolean (ranks,) mask of the ranks this fault hits."""
         mask = np.zeros(ranks, dtype=bool)
