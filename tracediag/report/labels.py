@@ -48,3 +48,10 @@ def window(finding: dict, path_start_ns: int) -> str:
 def severity_counts(summary: dict) -> str:
     """``"1 error, 2 warning, 0 info"`` from the report's summary."""
     return ", ".join(f"{summary[s]} {s}" for s in ("error", "warning", "info"))
+
+
+def layout_label(layout: dict) -> str:
+    """``dp=2 tp=1 pp=4 ep=1 (inferred)``, with the layout's notes."""
+    sizes = " ".join(f"{d}={layout[d]}" for d in ("dp", "tp", "pp", "ep"))
+    notes = "; ".join(layout.get("notes", []))
+    return f"{sizes} ({layout['source']}{'; ' + notes if notes else ''})"

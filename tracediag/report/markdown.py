@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import html
 
-from tracediag.report.labels import percent, rank_list, ranks_label, severity_counts, window
-from tracediag.report.text import layout_label
+from tracediag.report.labels import (
+    layout_label,
+    percent,
+    rank_list,
+    ranks_label,
+    severity_counts,
+    window,
+)
 from tracediag.units import fmt_ns
 
 #: Rows of the findings table and findings detailed below it; the rest is counted, since a

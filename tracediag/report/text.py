@@ -9,7 +9,14 @@ from __future__ import annotations
 import re
 import textwrap
 
-from tracediag.report.labels import percent, plural, ranks_label, severity_counts, window
+from tracediag.report.labels import (
+    layout_label,
+    percent,
+    plural,
+    ranks_label,
+    severity_counts,
+    window,
+)
 from tracediag.units import fmt_ns
 
 WIDTH = 100
@@ -90,13 +97,6 @@ def _rank_columns(width: int) -> list[tuple[str, int, str]]:
             break
         columns = [c for c in columns if c[0] != name]
     return columns
-
-
-def layout_label(layout: dict) -> str:
-    """``dp=2 tp=1 pp=4 ep=1 (inferred)``, with the layout's notes."""
-    sizes = " ".join(f"{d}={layout[d]}" for d in ("dp", "tp", "pp", "ep"))
-    notes = "; ".join(layout.get("notes", []))
-    return f"{sizes} ({layout['source']}{'; ' + notes if notes else ''})"
 
 
 def _ranks(report: dict, width: int) -> list[str]:

@@ -10,7 +10,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from tracediag.report.labels import plural, rank_list, severity_counts
+from tracediag.report.labels import layout_label, plural, rank_list, severity_counts
 from tracediag.tui.findings_screen import finding_cells
 from tracediag.tui.styles import CATEGORY_COLOR
 from tracediag.units import fmt_ns
@@ -47,9 +47,35 @@ def _legend(by_category: dict[str, int], length: int) -> Text:
     return text
 
 
+def _parallel_dims(report: dict) -> list[str]:
+    """The layout's dimensions of more than one rank (dp, tp, pp, ep), in that order."""
+    layout = report.get("layout") or {}  # reports saved before layouts existed have none
+    return [d for d in ("dp", "tp", "pp", "ep") if layout.get(d, 1) > 1]
+
+
+def _coordinates(report: dict, rank: int, dims: list[str]) -> str:
+    coords = report["layout"]["ranks"].get(str(rank), {})
+    return " ".join(f"{d}{coords[d]}" for d in dims if d in coords) or "-"
+
+
+def _ranks_line(report: dict) -> str:
+    """The hardware (when every rank has the same) and the parallel layout."""
+    parts = []
+    hardware = {r["hardware"] for r in report["ranks"]}
+    if len(hardware) == 1:
+        parts.append(f"hardware: {hardware.pop() or '-'}")
+    if report.get("layout"):
+        parts.append(f"parallel layout: {layout_label(report['layout'])}")
+    return "; ".join(parts)
+
+
 def _ranks_table(report: dict) -> Table:
     table = Table(box=None, padding=(0, 1), header_style="bold")
-    for col in ("rank", "hardware", "step time", "clock offset"):
+    dims = _parallel_dims(report)
+    # one hardware for every rank goes in the line above: the breakdown columns keep their room
+    per_rank_hw = len({r["hardware"] for r in report["ranks"]}) > 1
+    optional = (["coordinates"] if dims else []) + (["hardware"] if per_rank_hw else [])
+    for col in ("rank", *optional, "step time", "clock offset"):
         table.add_column(col, no_wrap=True)
     for col in ("compute", "comm", "memory", "idle"):
         table.add_column(col, justify="right")
@@ -57,7 +83,8 @@ def _ranks_table(report: dict) -> Table:
         pct = r["breakdown_pct"]
         table.add_row(
             str(r["rank"]),
-            r["hardware"] or "-",
+            *([_coordinates(report, r["rank"], dims)] if dims else []),
+            *([r["hardware"] or "-"] if per_rank_hw else []),
             fmt_ns(r["step_time_ns"]),
             fmt_ns(r["clock_offset_ns"]),
             *(
@@ -111,6 +138,7 @@ class OverviewScreen(Screen):
             yield Static(_legend(cp["by_category_ns"], cp["length_ns"]), id="path-legend")
             yield Static(f"compute by engine: {engines or '-'}", id="engines")
             yield Static("Ranks (step time, breakdown_pct)", classes="heading")
+            yield Static(_ranks_line(report), id="layout")
             yield Static(_ranks_table(report), id="ranks")
             yield Static("Inputs", classes="heading")
             yield Static(_inputs_table(report), id="inputs")
