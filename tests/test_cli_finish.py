@@ -93,6 +93,13 @@ def test_mistyped_rule_option_gets_a_suggestion(cli, probes, tmp_path):
     assert "unknown options for COL990: ['counts']; did you mean 'count'?" in _error(err)
 
 
+def test_mistyped_rule_code_in_the_config_gets_a_suggestion(cli, probes, tmp_path):
+    (tmp_path / "tracediag.toml").write_text('[severity]\nCOL99 = "info"\n', encoding="utf-8")
+    code, _, err = cli("report", "a", "-q")
+    assert code == 2
+    assert "no rule COL99 (did you mean COL990?)" in _error(err)
+
+
 # ---- completion -------------------------------------------------------------------------------
 
 

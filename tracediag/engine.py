@@ -11,7 +11,7 @@ from tracediag.analysis import GRAPH_STAGE, PATH_STAGE, Analysis, analyse
 from tracediag.config import Config
 from tracediag.critical_path import CATEGORIES
 from tracediag.durations import layer_durations, op_durations
-from tracediag.errors import UsageError
+from tracediag.errors import UsageError, did_you_mean
 from tracediag.findings import Finding, Severity
 from tracediag.layout import resolve_layout
 from tracediag.rule import all_rules
@@ -129,7 +129,9 @@ def diagnose(
     rules = all_rules()
     for code in list(config.rule_options) + list(config.severity):
         if code not in rules:
-            raise UsageError(f"{config.source or 'config'}: no rule {code}")
+            raise UsageError(
+                f"{config.source or 'config'}: no rule {code}{did_you_mean(code, rules)}"
+            )
     if progress:
         progress(DIAGNOSE_STAGES[-1])
     findings: list[Finding] = []

@@ -26,3 +26,11 @@ class TraceInputError(TracediagError):
 
 class UsageError(TracediagError):
     """Bad command-line usage or configuration."""
+
+
+def did_you_mean(word: str, choices) -> str:
+    """``" (did you mean X?)"`` for the closest choice, or ``""``: for messages about typos."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
+    return f" (did you mean {close[0]}?)" if close else ""

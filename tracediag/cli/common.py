@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import shutil
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracediag.config import Config, load_config
-from tracediag.errors import UsageError
+from tracediag.errors import UsageError, did_you_mean
 from tracediag.report.labels import plural
 
 if TYPE_CHECKING:
@@ -113,12 +112,6 @@ def layout_sizes(text: str) -> dict[str, int]:
         return parse_layout(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def did_you_mean(word: str, choices) -> str:
-    """``" (did you mean X?)"`` for the closest choice, or ``""``."""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
-    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def _check_patterns(option: str, patterns: list[str], known: list[str]) -> None:

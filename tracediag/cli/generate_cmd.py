@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tracediag.cli.common import did_you_mean, say
-from tracediag.errors import UsageError
+from tracediag.cli.common import say
+from tracediag.errors import UsageError, did_you_mean
 
 
 def _formats(text: str) -> tuple[str, ...]:

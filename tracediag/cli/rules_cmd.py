@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from tracediag.cli.common import did_you_mean, output_width
-from tracediag.errors import UsageError
+from tracediag.cli.common import output_width
+from tracediag.errors import UsageError, did_you_mean
 from tracediag.findings import FAMILIES, family_of
 
 
