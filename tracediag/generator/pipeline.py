@@ -25,6 +25,7 @@ from tracediag.generator.builder import ProgramBuilder
 from tracediag.generator.faults import layer_name
 from tracediag.generator.parallel_layout import ParallelLayout
 from tracediag.generator.program import CC, INSTR, Program, WorkloadShape
+from tracediag.generator.workload import loss
 
 #: How a node synchronises with other ranks: nothing, its TP group, its DP group, its Send/Recv
 #: partner, or the model-parallel group (every stage's TP group: the gradient norm's AllReduce).
@@ -224,7 +225,7 @@ def _emit(b: _Builder, st: _State, layout: ParallelLayout, s: int, item: tuple, 
     if s < layout.pp - 1:
         grads = [st.received[("b", s, j)]] * b.shape.tiles
     else:
-        grads = _loss(b, st.outputs[(s, "F", j)])
+        grads = loss(b, st.outputs[(s, "F", j)])
     for layer in reversed(layers):
         grads = _backward(b, st, layout, layer, j, grads)
     st.outputs[(s, "B", j)] = grads
@@ -271,15 +272,6 @@ def _forward(b: _Builder, st: _State, layout: ParallelLayout, layer: int, inputs
         add = b.elementwise("vector", "TENSOR_TENSOR", "add", name, "fwd", [reduced[tile]], n, 1.5)
         outputs.append(b.elementwise("scalar", "ACTIVATE", "gelu", name, "fwd", [add], n))
     return outputs
-
-
-def _loss(b: _Builder, logits: list[int]) -> list[int]:
-    n = b.shape.tile_elements
-    grads = []
-    for tile in logits:
-        lse = b.elementwise("vector", "TENSOR_REDUCE", "reduce", "loss", "loss", [tile], n)
-        grads.append(b.elementwise("scalar", "ACTIVATE", "exponential", "loss", "loss", [lse], n))
-    return grads
 
 
 def _backward(b: _Builder, st: _State, layout: ParallelLayout, layer: int, j: int, grads):
