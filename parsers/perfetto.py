@@ -60,6 +60,8 @@ def read(path: Path) -> list[RankPart]:
     for reason in pd.unique(skip[skip != ""]):
         if reason == "semaphore track events":  # state, not work: a count, as from Parquet
             noted["semaphore_update_count"] = int((skip == reason).sum())
+        elif reason == "counter track events":  # metrics, not work: reported, not a loss
+            counts["counter track events (metrics): not modelled"] = int((skip == reason).sum())
         elif reason != "tracediag findings":  # our export's diagnosis: not work, not a repair
             counts[f"{reason}: skipped"] = int((skip == reason).sum())
     ts = E.trace_times(d, counts)

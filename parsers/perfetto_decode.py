@@ -172,7 +172,8 @@ def decode(path: Path, wanted: frozenset[str]) -> Decoded:
             primary = primary or snap.primary_trace_clock
     for reason, n in (
         ("track events after lost incremental state: skipped", skipped_lost),
-        ("counter values (not events): skipped", counters),
+        # metrics (DMA throughput, utilisation), not work: reported, not a loss (TRC501 info)
+        ("counter values (metrics, not events): not modelled", counters),
         ("track events of unsupported type: skipped", unsupported),
         ("track events without a timestamp: skipped", untimed),
     ):

@@ -201,7 +201,7 @@ def test_counters_and_counter_tracks_are_not_events(tmp_path):
     b.slice(1, 10, 5, "work")
     part = only(b.write(tmp_path / "t.pftrace"))
     assert len(part.events) == 1
-    assert part.meta.repairs == {"counter values (not events): skipped": 3}
+    assert part.meta.repairs == {"counter values (metrics, not events): not modelled": 3}
 
 
 def test_flows_chain_events_and_terminating_ids_end_chains(tmp_path):
@@ -297,3 +297,21 @@ def test_real_nested_tracks_trace():
     }
     trace = assemble([part])
     assert len(trace.tracks) == 1364
+
+
+def test_counters_are_reported_but_not_as_lost_rows(tmp_path):
+    # Real Neuron device traces carry counter tracks (DMA throughput...): TRC501 lists them at
+    # info severity instead of warning that rows were lost.
+    from tracediag.engine import diagnose
+    from tracediag.load import load
+
+    b = TraceBuilder()
+    b.track(1, thread=(1, 2, "worker"))
+    b.track(9, "DMA Throughput", counter=True)
+    for ts in (10, 20, 30):
+        b.event(COUNTER, ts, 9).track_event.counter_value = ts
+    b.slice(1, 10, 5, "work")
+    trc = [
+        f for f in diagnose(load([b.write(tmp_path / "t.pftrace")])).findings if f.code == "TRC501"
+    ]
+    assert [(f.severity.name, f.evidence["dropped"]) for f in trc] == [("INFO", 0)]

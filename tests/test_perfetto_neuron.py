@@ -77,7 +77,7 @@ def test_engine_rows_dma_rows_and_semaphores(tmp_path):
         ("act_tile", "dma", "dma engine 64/row2", "dma_queue", "dma"),
     ]
     assert part.meta.repairs == {
-        "counter values (not events): skipped": 2,
+        "counter values (metrics, not events): not modelled": 2,
         "inst_dep_ids: id matches no instruction": 1,
     }
     assert part.meta.info["neuron_profile"] == "device"
