@@ -55,47 +55,69 @@ def temporal_breakdown(trace: S.Trace) -> pd.DataFrame:
     ``total_ns`` and the four ``*_pct`` (see the module docstring)."""
     ev = trace.events
     track_kind = trace.tracks[S.TRACK_KIND].astype(str).to_numpy()
-    on_device = (
-        np.isin(track_kind[ev[S.TRACK].to_numpy()], DEVICE_TRACK_KINDS)
-        if len(ev)
-        else np.zeros(0, bool)
+    device_track = np.isin(track_kind, DEVICE_TRACK_KINDS)
+    # Classify the few distinct kinds, then index by event (not a string test per event).
+    kinds, kind_code = _kind_codes(ev[S.KIND])
+    category_of_kind = np.array(
+        [_CODE.get(CATEGORY_OF_KIND.get(k, ""), -1) for k in kinds] + [-1], dtype=np.int8
     )
-    kind = S.strings(ev[S.KIND])
-    active = on_device & np.isin(kind, list(CATEGORY_OF_KIND))
+    category = category_of_kind[kind_code]
+    active = device_track[ev[S.TRACK].to_numpy()] & (category >= 0)
     start = ev[S.TS].to_numpy()[active]
-    return breakdown_of_intervals(
+    return _breakdown(
         ev[S.RANK].to_numpy()[active],
         start,
         start + ev[S.DUR].to_numpy()[active],
-        pd.Series(kind[active]).map(CATEGORY_OF_KIND).to_numpy(dtype=object),
+        category[active],
     )
+
+
+_CODE = {c: i for i, c in enumerate(CATEGORIES)}
+
+
+def _kind_codes(col: pd.Series) -> tuple[list, np.ndarray]:
+    """The distinct values of a column and each row's index into them (-1: missing)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return [str(c) for c in col.cat.categories], col.cat.codes.to_numpy()
+    codes, uniques = pd.factorize(col)
+    return [str(u) for u in uniques], codes
 
 
 def breakdown_of_intervals(
     rank: np.ndarray, start: np.ndarray, end: np.ndarray, category: np.ndarray
 ) -> pd.DataFrame:
     """The breakdown of activity intervals, each ``compute``, ``communication`` or ``memory``."""
+    category = np.asarray(category, dtype=object)
+    code = np.full(len(category), _CODE["memory"], dtype=np.int8)
+    code[category == "compute"] = _CODE["compute"]
+    code[category == "communication"] = _CODE["communication"]
+    return _breakdown(rank, start, end, code)
+
+
+def _breakdown(
+    rank: np.ndarray, start: np.ndarray, end: np.ndarray, category: np.ndarray
+) -> pd.DataFrame:
     rank = np.asarray(rank, dtype=np.int64)
     start = np.asarray(start, dtype=np.int64)
     end = np.asarray(end, dtype=np.int64)
-    category = np.asarray(category, dtype=object)
-    ranks, code = np.unique(rank, return_inverse=True)
+    ranks, code = _dense_codes(rank)
     if not len(ranks):
         return pd.DataFrame(
             {c: pd.Series(dtype="int64" if c.endswith("_ns") else "float64") for c in COLUMNS}
         ).rename_axis("rank")
     n = len(ranks)
-    window = (
-        pd.DataFrame({"r": code, "s": start, "e": end})
-        .groupby("r")
-        .agg(s=("s", "min"), e=("e", "max"))
-    )
-    total = (window["e"] - window["s"]).to_numpy(dtype=np.int64)
-    is_compute = category == "compute"
-    compute = union_lengths(code[is_compute], start[is_compute], end[is_compute], n)
-    busy_cc = is_compute | (category == "communication")
-    compute_or_comm = union_lengths(code[busy_cc], start[busy_cc], end[busy_cc], n)
-    busy = union_lengths(code, start, end, n)
+    # One sort for the three unions: a subset of (rank, start)-sorted rows stays sorted.
+    order = _group_start_order(code, start)
+    code, start, end, category = code[order], start[order], end[order], category[order]
+    bounds = np.searchsorted(code, np.arange(n + 1))
+    first_start = start[bounds[:-1]]
+    last_end = np.maximum.reduceat(end, bounds[:-1])
+    total = (last_end - first_start).astype(np.int64)
+    is_compute = category == _CODE["compute"]
+    compute = _sorted_union_lengths(code[is_compute], start[is_compute], end[is_compute], n)
+    busy_cc = is_compute | (category == _CODE["communication"])
+    compute_or_comm = _sorted_union_lengths(code[busy_cc], start[busy_cc], end[busy_cc], n)
+    busy = _sorted_union_lengths(code, start, end, n)
     out = pd.DataFrame(
         {
             "compute_ns": compute,
@@ -112,6 +134,19 @@ def breakdown_of_intervals(
     return out
 
 
+def _dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)``, by a lookup table for small integers
+    (ranks) instead of a sort of every row."""
+    if not len(values):
+        return values[:0], values[:0]
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo > 4 * len(values):
+        return np.unique(values, return_inverse=True)
+    present = np.bincount(values - lo, minlength=hi - lo + 1) > 0
+    lookup = np.cumsum(present) - 1
+    return np.flatnonzero(present) + lo, lookup[values - lo]
+
+
 def union_lengths(
     group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int
 ) -> np.ndarray:
@@ -120,14 +155,32 @@ def union_lengths(
     Sorted by start within each group, an interval adds only what extends past the latest end
     before it (a cumulative maximum), so overlaps count once.
     """
+    group = np.asarray(group, dtype=np.int64)
+    start = np.asarray(start, dtype=np.int64)
+    end = np.asarray(end, dtype=np.int64)
+    order = _group_start_order(group, start)
+    return _sorted_union_lengths(group[order], start[order], end[order], n_groups)
+
+
+def _group_start_order(group: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """The order sorting rows by group, then start (none needed when they already are)."""
+    if len(group) < 2:
+        return np.arange(len(group))
+    dg = np.diff(group)
+    if (dg >= 0).all() and ((dg > 0) | (np.diff(start) >= 0)).all():
+        return np.arange(len(group))
+    return np.lexsort((start, group))
+
+
+def _sorted_union_lengths(
+    group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int
+) -> np.ndarray:
+    """:func:`union_lengths` of rows already sorted by group, then start."""
     out = np.zeros(n_groups, dtype=np.int64)
-    if not len(group):
-        return out
-    order = np.lexsort((start, group))
-    g, s, e = group[order], start[order], end[order]
-    reach = pd.Series(e).groupby(g).cummax().to_numpy()
-    first = np.r_[True, g[1:] != g[:-1]]
-    before = np.where(first, s, np.r_[s[:1], reach[:-1]])
-    covered = np.maximum(e - np.maximum(s, before), 0)
-    np.add.at(out, g, covered)
+    bounds = np.searchsorted(group, np.arange(n_groups + 1))
+    for g in np.flatnonzero(np.diff(bounds)).tolist():  # a loop over groups (ranks), not rows
+        s, e = start[bounds[g] : bounds[g + 1]], end[bounds[g] : bounds[g + 1]]
+        reach = np.maximum.accumulate(e)
+        before = np.r_[s[:1], reach[:-1]]
+        out[g] = np.maximum(e - np.maximum(s, before), 0).sum()
     return out

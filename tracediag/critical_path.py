@@ -68,24 +68,41 @@ class CriticalPath:
 
 def node_categories(graph: G.Graph, trace: S.Trace) -> tuple[np.ndarray, np.ndarray]:
     """Per node: the category of its own duration and of its gap (indices into CATEGORIES)."""
-    kind = S.strings(trace.events[S.KIND])
     n = len(graph)
     ev = graph.event
-    own = np.full(n, _CAT["gap"], dtype=np.int8)
-    has_ev = ev >= 0
-    for k, cat in _OWN_CATEGORY.items():
-        own[has_ev & (kind[np.maximum(ev, 0)] == k)] = _CAT[cat]
+    # Category per distinct kind, then indexed per node (no string test per node).
+    kinds, kind_code = _value_codes(trace.events[S.KIND])
+    own_of_kind = np.array(
+        [_CAT[_OWN_CATEGORY[k]] if k in _OWN_CATEGORY else _CAT["gap"] for k in kinds]
+        + [_CAT["gap"]],
+        dtype=np.int8,
+    )
+    own = np.where(ev >= 0, own_of_kind[kind_code[np.maximum(ev, 0)]], _CAT["gap"]).astype(np.int8)
     track_kind = trace.tracks[S.TRACK_KIND].astype(str).to_numpy()
-    tk = np.where(graph.track >= 0, track_kind[np.maximum(graph.track, 0)], "")
+    on_track = graph.track >= 0
+    cpu_track = np.append(track_kind == "cpu_thread", False)
+    dma_track = np.append(track_kind == "dma_queue", False)
+    tk_index = np.where(on_track, graph.track, len(track_kind))
     gapc = np.full(n, _CAT["gap"], dtype=np.int8)
     code = graph.bind_code
     gapc[code == G.DMA_TRIGGER] = _CAT["dma_wait"]
     gapc[(code == G.LAUNCH) | (code == G.SYNC_DONE)] = _CAT["host"]
     gapc[code == G.COLL_START] = _CAT["collective_transfer"]
     po = code == G.PROGRAM_ORDER
-    gapc[po & (tk == "cpu_thread")] = _CAT["host"]
-    gapc[po & (tk == "dma_queue")] = _CAT["dma_transfer"]
+    gapc[po & cpu_track[tk_index]] = _CAT["host"]
+    gapc[po & dma_track[tk_index]] = _CAT["dma_transfer"]
     return own, gapc
+
+
+def _value_codes(col: pd.Series) -> tuple[list[str], np.ndarray]:
+    """The distinct values of a column (as str) and each row's index into them; a missing
+    value gets ``len(values)``, one past the last."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        values, code = [str(c) for c in col.cat.categories], col.cat.codes.to_numpy()
+    else:
+        code, uniques = pd.factorize(col)
+        values = [str(u) for u in uniques]
+    return values, np.where(code >= 0, code, len(values))
 
 
 def walk(
@@ -104,43 +121,65 @@ def walk(
     # Ties on the last end: the lowest node id (events are ordered by rank), so rank 0 wins.
     node = int(np.flatnonzero((end == t_end) & graph.window)[0])
     own, gapc = categories if categories is not None else node_categories(graph, trace)
-    arrivals = _arrivals_by_instance(graph)
-    seg_node, seg_cat, seg_a, seg_b = [], [], [], []
-
-    def add(v: int, cat: int, a: int, b: int) -> None:
-        if b > a:
-            seg_node.append(v)
-            seg_cat.append(cat)
-            seg_a.append(a)
-            seg_b.append(b)
-
-    cursor = t_end
-    while node >= 0 and cursor > t0:
-        s = max(int(start[node]), t0)
-        add(node, int(own[node]), min(s, cursor), cursor)
-        cursor = min(cursor, s)
-        p = int(graph.bind[node])
-        if p < 0:
-            break
-        pe = int(end[p])
-        if graph.role[node] == G.INSTANCE:
-            # The instance waited for its last arrival p: the skew is from the median arrival
-            # of the other participants to that last arrival.
-            others = arrivals[int(graph.coll_key[node])]
+    path = _bind_chain(graph.bind, start, node, t0)
+    parent = graph.bind[path]
+    has_parent = parent >= 0
+    pe = np.where(has_parent, end[np.maximum(parent, 0)], t_end)
+    # Each path node contributes two cuts in turn: its own start, then the end of what it
+    # waited for (an instance: the median arrival of the others, when before the last arrival).
+    own_cut = np.maximum(start[path], t0)
+    gap_cut = np.maximum(pe, t0)
+    gap_cat = gapc[path].astype(np.int64)
+    gap_node = path.copy()
+    instance = np.flatnonzero(has_parent & (graph.role[path] == G.INSTANCE))
+    if len(instance):
+        gap_cut[instance] = t_end  # no cut unless a skew is found below
+        gap_cat[instance] = _CAT["collective_skew"]
+        gap_node[instance] = parent[instance]
+        arrivals = _arrivals_by_instance(graph)
+        for i in instance.tolist():
+            p = int(parent[i])
+            others = arrivals.get(int(graph.coll_key[path[i]]), path[:0])
             others = others[others != p]
             if len(others):
                 med = int(np.median(start[others]))
-                if med < pe:
-                    lo = max(med, t0)
-                    add(p, _CAT["collective_skew"], min(lo, cursor), cursor)  # the late rank
-                    cursor = min(cursor, lo)
-        else:
-            pe = max(pe, t0)
-            add(node, int(gapc[node]), min(pe, cursor), cursor)
-            cursor = min(cursor, pe)
-        node = p
-    add(-1, _CAT["gap"], t0, cursor)
-    return CriticalPath(_segments_frame(graph, trace, seg_node, seg_cat, seg_a, seg_b), t0, t_end)
+                if med < int(end[p]):
+                    gap_cut[i] = max(med, t0)
+    cuts = np.column_stack((own_cut, gap_cut)).ravel()
+    cursor = np.minimum.accumulate(np.r_[t_end, cuts])  # the cursor before and after each cut
+    seg_node = np.column_stack((path, gap_node)).ravel()
+    seg_cat = np.column_stack((own[path].astype(np.int64), gap_cat)).ravel()
+    seg_a, seg_b = cursor[1:], cursor[:-1]
+    keep = seg_b > seg_a
+    seg_node = np.r_[seg_node[keep], -1]
+    seg_cat = np.r_[seg_cat[keep], _CAT["gap"]]
+    seg_a = np.r_[seg_a[keep], t0]
+    seg_b = np.r_[seg_b[keep], cursor[-1]]
+    keep = seg_b > seg_a
+    return CriticalPath(
+        _segments_frame(graph, trace, seg_node[keep], seg_cat[keep], seg_a[keep], seg_b[keep]),
+        t0,
+        t_end,
+    )
+
+
+def _bind_chain(bind: np.ndarray, start: np.ndarray, node: int, t0: int) -> np.ndarray:
+    """The nodes from ``node`` back along binding edges, to one without a binding edge or
+    one starting at or before ``t0`` (past it the path has nothing left to attribute).
+
+    Only the node ids are collected here (a tight loop); the attribution is computed on the
+    whole chain at once. The bound stops a malformed cycle.
+    """
+    parent, begin = bind.item, start.item
+    chain = []
+    for _ in range(len(bind)):
+        chain.append(node)
+        if begin(node) <= t0:
+            break
+        node = parent(node)
+        if node < 0:
+            break
+    return np.asarray(chain, dtype=np.int64)
 
 
 def window_of(graph: G.Graph) -> tuple[int, int]:

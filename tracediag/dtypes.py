@@ -76,8 +76,13 @@ def _map_categories(values, mapper) -> pd.Categorical:
     cat = _categorical(values)
     cats = pd.Series(np.asarray(cat.categories.astype(str), dtype=object))
     mapped = mapper(cats)
-    lookup = np.append(np.asarray(mapped.where(mapped.notna(), None), dtype=object), None)
-    return pd.Categorical(lookup[cat.codes], categories=DTYPES)
+    # Map each category to its DTYPES code, then index by row (no string hashed per row).
+    code_of = {d: i for i, d in enumerate(DTYPES)}
+    lookup = np.array(
+        [code_of.get(m, -1) if isinstance(m, str) else -1 for m in mapped.tolist()] + [-1],
+        dtype=np.int8,
+    )
+    return pd.Categorical.from_codes(lookup[cat.codes], categories=DTYPES)
 
 
 def normalise(values) -> pd.Categorical:
@@ -159,13 +164,21 @@ def event_engines(trace: S.Trace) -> np.ndarray:
     return engines[trace.events[S.TRACK].to_numpy()] if len(engines) else np.array([], object)
 
 
+def _on_engine(trace: S.Trace, engine: str) -> np.ndarray:
+    """Per event: its track's engine is ``engine`` (tested per track, indexed per event)."""
+    engines = trace.tracks[S.ENGINE].astype(str).to_numpy()
+    if not len(engines):
+        return np.zeros(len(trace.events), dtype=bool)
+    return (engines == engine)[trace.events[S.TRACK].to_numpy()]
+
+
 def matmul_events(trace: S.Trace) -> np.ndarray:
     """Per event: a matmul on the tensor engine (every Neuron tensor-engine instruction) or a
     GPU matmul kernel."""
     ev = trace.events
-    compute = ev[S.KIND].to_numpy() == "compute"
-    engine = event_engines(trace)
-    return compute & ((engine == "tensor") | ((engine == "gpu") & is_matmul_kernel(ev[S.NAME])))
+    compute = (ev[S.KIND] == "compute").to_numpy(dtype=bool)
+    gpu = _on_engine(trace, "gpu")
+    return compute & (_on_engine(trace, "tensor") | (gpu & is_matmul_kernel(ev[S.NAME])))
 
 
 def event_dtypes(trace: S.Trace) -> pd.Categorical:
@@ -178,7 +191,7 @@ def event_dtypes(trace: S.Trace) -> pd.Categorical:
         else pd.Categorical.from_codes(np.full(len(ev), -1, np.int8), categories=DTYPES)
     )
     from_names = from_kernel_names(ev[S.NAME])
-    gpu = event_engines(trace) == "gpu"
+    gpu = _on_engine(trace, "gpu")
     codes = np.where((known.codes < 0) & gpu, from_names.codes, known.codes)
     return pd.Categorical.from_codes(codes, categories=DTYPES)
 

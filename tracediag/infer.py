@@ -27,16 +27,17 @@ def wait_edges(trace: S.Trace) -> pd.DataFrame:
         return empty
     ts = ev[S.TS].to_numpy()
     end = ts + ev[S.DUR].to_numpy()
-    kind = S.strings(ev[S.KIND])
+    # Kind tests on the categorical column (per category, not a string compare per event).
+    is_compute = (ev[S.KIND] == "compute").to_numpy(dtype=bool)
     rank = ev[S.RANK].to_numpy()
-    wait = _waits(trace, ts, end, kind)
-    waiter = np.flatnonzero((kind == "compute") & np.isfinite(wait) & (wait > 0))
+    wait = _waits(trace, ts, end, is_compute)
+    waiter = np.flatnonzero(is_compute & np.isfinite(wait) & (wait > 0))
     if not len(waiter):
         return empty
     ready = ts[waiter] - wait[waiter].astype(np.int64)
     explained = _explained(trace, waiter, ready, end)
     waiter, ready = waiter[~explained], ready[~explained]
-    producer = np.flatnonzero(np.isin(kind, ("compute", "dma", "collective")))
+    producer = np.flatnonzero(ev[S.KIND].isin(("compute", "dma", "collective")).to_numpy())
     if not len(waiter) or not len(producer):
         return empty
     # Latest producer end <= waiter start, per rank: search in (rank, end) order.
@@ -64,7 +65,7 @@ def wait_edges(trace: S.Trace) -> pd.DataFrame:
     )
 
 
-def _waits(trace: S.Trace, ts: np.ndarray, end: np.ndarray, kind: np.ndarray) -> np.ndarray:
+def _waits(trace: S.Trace, ts: np.ndarray, end: np.ndarray, is_compute: np.ndarray) -> np.ndarray:
     """The profiler's stall time per event; on NeuronCore engines without one, the idle time
     since the previous instruction on the engine (an engine idles only when its next
     instruction waits)."""
@@ -76,7 +77,7 @@ def _waits(trace: S.Trace, ts: np.ndarray, end: np.ndarray, kind: np.ndarray) ->
     )
     track = ev[S.TRACK].to_numpy()
     engine_track = (S.strings(trace.tracks[S.TRACK_KIND]) == "compute_engine")[track]
-    missing = ~np.isfinite(wait) & engine_track & (kind == "compute")
+    missing = ~np.isfinite(wait) & engine_track & is_compute
     if missing.any():
         o = np.lexsort((ts, track))
         same = np.r_[False, track[o][1:] == track[o][:-1]]

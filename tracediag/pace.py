@@ -9,10 +9,9 @@ do: its own slow work would still hold its engines, so its next arrival would be
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from tracediag import schema as S
-from tracediag.peers import median_of_others, peer_track_names
+from tracediag.peers import median_of_others, peer_track_names, track_name_codes
 from tracediag.replay import WhatIf
 
 _DURATION_KINDS = ("compute", "dma", "host")  # collective bodies' length follows from arrivals
@@ -26,7 +25,7 @@ def peer_pace_change(ctx, ranks) -> WhatIf:
     slow = (
         np.isin(ev[S.RANK].to_numpy(), ranks)
         & (excess > 0)
-        & np.isin(ev[S.KIND].to_numpy(), _DURATION_KINDS)
+        & ev[S.KIND].isin(_DURATION_KINDS).to_numpy()
     )
     ids = np.flatnonzero(slow)
     nodes = ctx.nodes_of(ids)
@@ -40,7 +39,7 @@ def _gap_change(ctx, ranks: np.ndarray) -> WhatIf:
     has_ev = (g.event >= 0) & (g.bind >= 0)
     idx = np.flatnonzero(has_ev)
     names = peer_track_names(ctx.trace)
-    name_code = pd.factorize(names[g.track[idx]])[0].astype(np.int64)
+    name_code = track_name_codes(names)[g.track[idx]]
     ordinal = ctx.ordinals[g.event[idx]]
     key = (name_code * (int(ordinal.max(initial=0)) + 1) + ordinal) * 4 + g.role[idx]
     med = median_of_others(key, g.gap[idx])

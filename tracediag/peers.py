@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from tracediag import schema as S
+from tracediag.graph import stable_order_by
 
 
 def peer_track_names(trace: S.Trace) -> np.ndarray:
@@ -41,6 +42,12 @@ def peer_track_names(trace: S.Trace) -> np.ndarray:
     return names
 
 
+def track_name_codes(names: np.ndarray) -> np.ndarray:
+    """Per track, an int64 code equal for equal peer track names (index it by event's track
+    rather than factorizing a string per event)."""
+    return pd.factorize(names)[0].astype(np.int64)
+
+
 def event_ordinals(trace: S.Trace) -> np.ndarray:
     """Per event: its position in time order among the events of its kind group on its track.
 
@@ -53,7 +60,7 @@ def event_ordinals(trace: S.Trace) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     marker = (S.strings(ev[S.KIND]) == "marker").astype(np.int64)
     key = ev[S.TRACK].to_numpy().astype(np.int64) * 2 + marker
-    order = np.lexsort((np.arange(len(ev)), ev[S.TS].to_numpy(), key))
+    order = stable_order_by(key, ev[S.TS].to_numpy())  # ties: event order
     k = key[order]
     first = np.r_[0, np.flatnonzero(k[1:] != k[:-1]) + 1]
     run_start = np.repeat(first, np.diff(np.r_[first, len(k)]))
@@ -85,43 +92,75 @@ def dma_frame(
     is_dma = (ev[S.KIND] == "dma").to_numpy()
     ids = np.flatnonzero(is_dma)
     names = peer_track_names(trace)
+    track = ev[S.TRACK].to_numpy()[ids]
+    ts = ev[S.TS].to_numpy()[ids]
     df = pd.DataFrame(
         {
             "event": ids,
             "rank": ev[S.RANK].to_numpy()[ids],
-            "track": ev[S.TRACK].to_numpy()[ids],
-            "queue": names[ev[S.TRACK].to_numpy()[ids]] if len(ids) else np.array([], dtype=object),
-            "ts": ev[S.TS].to_numpy()[ids],
+            "track": track,
+            # The few track names taken per row (not a string array of every row re-inferred).
+            "queue": pd.Series(names).array.take(track) if len(ids) else np.array([], dtype=object),
+            "ts": ts,
             "dur": ev[S.DUR].to_numpy()[ids],
             "bytes": ev[S.BYTES].to_numpy()[ids] if S.BYTES in ev else np.full(len(ids), np.nan),
             "ordinal": ordinals[ids],
-        }
+        },
+        index=pd.Index(np.arange(len(ids))),
     )
     df["bw"] = df["bytes"] / np.maximum(df["dur"], 1) * 1e9  # bytes/s
-    own = ev[S.LAYER].astype(object).to_numpy()[ids] if S.LAYER in ev else np.full(len(ids), None)
-    consumer = _consumer_layer(trace, ids, inferred)
-    layer = pd.Series(np.where(pd.isna(own), consumer, own), index=df.index, dtype=object)
-    df = df.sort_values(["track", "ts", "event"])
-    layer = layer.loc[df.index]
-    df["layer"] = layer.groupby(df["track"].to_numpy()).bfill().to_numpy()
-    return df.sort_index()
+    if S.LAYER not in ev:
+        df["layer"] = np.full(len(ids), None, dtype=object)
+        return df
+    layers, code = _category_codes(ev[S.LAYER])
+    own = code[ids]
+    layer = np.where(own >= 0, own, _consumer_layer(trace, ids, inferred, code))
+    order = np.lexsort((ids, ts, track))
+    filled = np.empty_like(layer)
+    filled[order] = _bfill_in_groups(track[order], layer[order])
+    if (filled >= 0).any() and all(isinstance(x, str) for x in layers):
+        # The few layer names taken per row, missing where -1 (not a string per row re-inferred).
+        df["layer"] = pd.Series(np.asarray(layers, dtype=object)).array.take(
+            filled, allow_fill=True
+        )
+    else:
+        df["layer"] = np.full(len(ids), None, dtype=object)
+    return df
+
+
+def _category_codes(col: pd.Series) -> tuple[list, np.ndarray]:
+    """The distinct values of a column and each row's index into them (-1: missing)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return list(col.cat.categories), col.cat.codes.to_numpy().astype(np.int64)
+    codes, uniques = pd.factorize(col)
+    return list(uniques), codes.astype(np.int64)
+
+
+def _bfill_in_groups(group: np.ndarray, code: np.ndarray) -> np.ndarray:
+    """Each missing code (-1) replaced by the next present one of its group (rows sorted by
+    group); -1 where none follows."""
+    n = len(code)
+    pos = np.where(code >= 0, np.arange(n), n)
+    nxt = np.minimum.accumulate(pos[::-1])[::-1]
+    last = np.r_[np.flatnonzero(group[1:] != group[:-1]), n - 1]  # each group's last row
+    group_end = np.repeat(last + 1, np.diff(np.r_[-1, last]))
+    return np.where(nxt < group_end, np.r_[code, -1][nxt], -1)
 
 
 def _consumer_layer(
-    trace: S.Trace, dma_ids: np.ndarray, inferred: pd.DataFrame | None
+    trace: S.Trace, dma_ids: np.ndarray, inferred: pd.DataFrame | None, layer_code: np.ndarray
 ) -> np.ndarray:
-    out = np.full(len(dma_ids), None, dtype=object)
+    out = np.full(len(dma_ids), -1, dtype=np.int64)
     ed = (
         trace.edges if inferred is None or not len(inferred) else pd.concat([trace.edges, inferred])
     )
-    if not len(ed) or S.LAYER not in trace.events:
+    if not len(ed):
         return out
-    pos = pd.Series(np.arange(len(dma_ids)), index=dma_ids)
     src = ed[S.SRC].to_numpy()
     hit = np.isin(src, dma_ids)
-    layers = S.strings(trace.events[S.LAYER])[ed[S.DST].to_numpy()[hit]]
-    ok = ~pd.isna(layers)
-    out[pos.loc[src[hit][ok]].to_numpy()] = layers[ok]
+    layers = layer_code[ed[S.DST].to_numpy()[hit]]
+    ok = layers >= 0
+    out[np.searchsorted(dma_ids, src[hit][ok])] = layers[ok]
     return out
 
 
@@ -189,7 +228,7 @@ def median_of_others(group: np.ndarray, values: np.ndarray) -> np.ndarray:
     n = len(values)
     if not n:
         return np.zeros(0)
-    o = np.lexsort((values, group))
+    o = _group_value_order(np.asarray(group), np.asarray(values))
     g, v = group[o], values[o].astype(np.float64)
     first = np.r_[0, np.flatnonzero(g[1:] != g[:-1]) + 1]
     sizes = np.diff(np.r_[first, n])
@@ -207,12 +246,29 @@ def median_of_others(group: np.ndarray, values: np.ndarray) -> np.ndarray:
     return out
 
 
+def _group_value_order(group: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """An order sorting by group, then value. Integers whose ranges fit one int64 key sort
+    in one pass (any order of equal pairs is as good: only the sorted values are read)."""
+    if (
+        group.dtype.kind in "iu"
+        and values.dtype.kind in "iu"
+        and len(values)
+        and (group.min() >= -(2**62) and values.min() >= -(2**62))
+    ):
+        g0, v0 = int(group.min()), int(values.min())
+        g_span, v_span = int(group.max()) - g0 + 1, int(values.max()) - v0 + 1
+        if g_span * v_span < 2**62:
+            key = (group.astype(np.int64) - g0) * v_span + (values.astype(np.int64) - v0)
+            return np.argsort(key)
+    return np.lexsort((values, group))
+
+
 def excess_over_peers(trace: S.Trace, ordinals: np.ndarray) -> np.ndarray:
     """Per event: its duration minus the median duration of its peers on the other ranks
     (same track name and ordinal); 0 where it has no peer."""
     ev = trace.events
     names = peer_track_names(trace)
-    name_code = pd.factorize(names[ev[S.TRACK].to_numpy()])[0].astype(np.int64)
+    name_code = track_name_codes(names)[ev[S.TRACK].to_numpy()]
     key = name_code * (int(ordinals.max(initial=0)) + 1) + ordinals
     dur = ev[S.DUR].to_numpy()
     med = median_of_others(key, dur)
