@@ -45,7 +45,7 @@ def _floor_parquet(files: list[Path]) -> int:
 
 
 def _load(inputs: list[str]):
-    from tracediag.load import load
+    from tracediag.loader import load
 
     return load(inputs, align=False, cache=False, jobs=1)  # serial: CPU time is all in-process
 

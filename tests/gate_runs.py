@@ -47,7 +47,7 @@ class _Runs(dict):
 @cache
 def _diagnose(path: Path):
     from tracediag.engine import diagnose
-    from tracediag.load import load
+    from tracediag.loader import load
 
     return diagnose(load([path]))
 
@@ -102,4 +102,4 @@ def probes(monkeypatch):
         trace.inputs = [S.InputFile(names[0], "test", [0]), S.InputFile(names[1], "test", [1])]
         return trace
 
-    monkeypatch.setattr("tracediag.load.load", fake_load)
+    monkeypatch.setattr("tracediag.loader.load", fake_load)

@@ -71,10 +71,11 @@ def test_import_is_cheap_and_every_public_name_resolves():
     assert (ROOT / "tracediag" / "py.typed").is_file()
 
 
-def test_load_is_callable_and_stays_the_loader_module(straggler):
-    import tracediag.load as loader
+def test_load_is_the_api_function_and_the_loader_stays_a_module(straggler):
+    import tracediag.loader as loader
+    from tracediag import api
 
-    assert tracediag.load is loader  # the submodule, callable
+    assert tracediag.load is api.load  # importing tracediag.loader does not shadow it
     assert callable(loader.load) and callable(loader.discover)
     assert isinstance(tracediag.load(straggler[0].files["path"][0]), Job)
 
@@ -82,7 +83,7 @@ def test_load_is_callable_and_stays_the_loader_module(straggler):
 # ---- load ------------------------------------------------------------------------------------
 def test_load_tables_are_the_traces_without_copies(generated, straggler):
     job = straggler[0]
-    trace = tracediag.load.load([generated["straggler"][0]])
+    trace = tracediag.loader.load([generated["straggler"][0]])
     assert job.ranks == [0, 1]
     for table in ("events", "tracks", "edges", "collectives"):
         assert len(getattr(job, table)) == len(getattr(trace, table)), table

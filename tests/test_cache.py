@@ -17,7 +17,7 @@ from tracediag.builder import RankPart
 from tracediag.cli.main import main
 from tracediag.engine import diagnose
 from tracediag.errors import TraceInputError
-from tracediag.load import discover, load
+from tracediag.loader import discover, load
 from tracediag.schema import RankMeta
 
 SAMPLES = Path(__file__).parent.parent / "sample_traces"
@@ -228,7 +228,7 @@ def test_no_cache_flag_reaches_the_loader(command, monkeypatch, tmp_path, capsys
         seen.update(kw)
         raise TraceInputError(paths[0], "stop here")
 
-    monkeypatch.setattr("tracediag.load.load", fake_load)
+    monkeypatch.setattr("tracediag.loader.load", fake_load)
     argv = [command, str(CHROME), "--no-cache", "--jobs", "3", "-o", str(tmp_path / "o")]
     assert main(argv) == 2
     assert (seen["cache"], seen["jobs"], seen["scheduler"]) == (False, 3, None)

@@ -12,7 +12,7 @@ from tracediag import schema as S
 from tracediag.builder import assemble
 from tracediag.engine import diagnose
 from tracediag.errors import TraceInputError
-from tracediag.load import load
+from tracediag.loader import load
 from tracediag.parsers import chrome_json, collective_timeline, neuron_json
 
 LATE_NS = 300_000

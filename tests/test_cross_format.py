@@ -14,7 +14,7 @@ from tracediag.engine import diagnose
 from tracediag.findings import Severity
 from tracediag.generator import generate
 from tracediag.generator.write_perfetto import rows_of
-from tracediag.load import load
+from tracediag.loader import load
 
 RANKS = 4
 SCENARIOS = ("slow_dma", "straggler", "mixed", "clean")

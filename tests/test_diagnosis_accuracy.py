@@ -16,7 +16,7 @@ import pytest
 from tracediag.engine import diagnose
 from tracediag.findings import Severity
 from tracediag.generator import SCENARIOS, generate
-from tracediag.load import load
+from tracediag.loader import load
 
 FORMATS = ("parquet", "json", "chrome")
 CODES = {

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from tracediag import dtypes
-from tracediag.load import load
+from tracediag.loader import load
 from tracediag.parsers.neuron_events import instruction_dtypes
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"

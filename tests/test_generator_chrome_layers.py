@@ -17,7 +17,7 @@ from tracediag.generator.gpu_flavour import run_gpu
 from tracediag.generator.program import WorkloadShape
 from tracediag.generator.scenarios import scenario_faults
 from tracediag.generator.simulate import run_device
-from tracediag.load import load
+from tracediag.loader import load
 
 RANKS = 2
 SEED = 3

@@ -20,7 +20,7 @@ from tracediag.generator import hardware as hw
 from tracediag.generator.program import CC, DMA, INSTR, WorkloadShape
 from tracediag.generator.scenarios import scenario_faults
 from tracediag.generator.workload import build_program
-from tracediag.load import load
+from tracediag.loader import load
 
 RANKS = 2
 SEED = 3

@@ -6,7 +6,7 @@ import numpy as np
 
 from tests.chrome_helpers import X, named, read_one, shared, write
 from tracediag import schema as S
-from tracediag.load import load
+from tracediag.loader import load
 
 # ---- kinds and tracks ------------------------------------------------------------------------
 

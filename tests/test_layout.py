@@ -18,7 +18,7 @@ from tracediag.generator import generate
 from tracediag.generator.parallel_layout import ParallelLayout
 from tracediag.generator.parallel_write import generate_parallel
 from tracediag.layout import explicit_layout, infer_layout, parse_layout, resolve_layout
-from tracediag.load import load
+from tracediag.loader import load
 
 run = cli  # ``run(*argv) -> (exit code, stdout, stderr)`` in an empty directory
 

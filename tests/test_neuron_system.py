@@ -14,7 +14,7 @@ from tracediag.errors import TraceInputError
 from tracediag.generator import generate
 from tracediag.generator.clocks import device_offsets
 from tracediag.generator.write_system_profile import HOST_EPOCH_NS
-from tracediag.load import discover, load
+from tracediag.loader import discover, load
 from tracediag.parsers import neuron_system_json, neuron_system_parquet, perfetto
 
 RANKS, SEED = 4, 2

@@ -40,7 +40,7 @@ def test_rules_folder_is_flat():
 
 def test_engine_does_not_import_textual_or_rich():
     code = (
-        "import sys, tracediag.engine, tracediag.load, tracediag.rule;"
+        "import sys, tracediag.engine, tracediag.loader, tracediag.rule;"
         "tracediag.rule.all_rules();"
         "bad=[m for m in sys.modules if m.split('.')[0] in ('textual','rich')];"
         "print(bad); sys.exit(1 if bad else 0)"

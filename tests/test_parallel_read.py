@@ -12,7 +12,7 @@ from tests.test_cache import assert_same_parts, assert_same_trace, entries
 from tracediag import cache, parallel
 from tracediag.cli.main import main
 from tracediag.errors import TraceInputError, UsageError
-from tracediag.load import discover, load
+from tracediag.loader import discover, load
 from tracediag.parsers import neuron_parquet
 
 SAMPLES = Path(__file__).parent.parent / "sample_traces"

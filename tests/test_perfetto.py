@@ -303,7 +303,7 @@ def test_counters_are_reported_but_not_as_lost_rows(tmp_path):
     # Real Neuron device traces carry counter tracks (DMA throughput...): TRC501 lists them at
     # info severity instead of warning that rows were lost.
     from tracediag.engine import diagnose
-    from tracediag.load import load
+    from tracediag.loader import load
 
     b = TraceBuilder()
     b.track(1, thread=(1, 2, "worker"))

@@ -17,7 +17,7 @@ from tracediag.chrome_export import write_chrome
 from tracediag.cli.main import main
 from tracediag.config import Config
 from tracediag.engine import diagnose
-from tracediag.load import load
+from tracediag.loader import load
 from tracediag.parsers import perfetto
 from tracediag.parsers.protos.perfetto_trace_pb2 import Trace
 from tracediag.perfetto_export import critical_path_events, overlap_lanes, write_perfetto

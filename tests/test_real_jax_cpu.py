@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tracediag.engine import diagnose
-from tracediag.load import load
+from tracediag.loader import load
 
 DATA = Path(__file__).parent / "data"
 XPLANE = DATA / "jax_cpu_4dev_pmap.xplane.pb.gz"

@@ -10,7 +10,7 @@ import pytest
 from tracediag.config import Config
 from tracediag.engine import diagnose
 from tracediag.findings import Severity
-from tracediag.load import load
+from tracediag.loader import load
 from tracediag.rule import all_rules
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"

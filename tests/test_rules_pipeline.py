@@ -14,7 +14,7 @@ from tracediag.engine import diagnose
 from tracediag.findings import Severity
 from tracediag.generator import generate
 from tracediag.layout import infer_layout
-from tracediag.load import load
+from tracediag.loader import load
 
 CODES = ["PIP601", "PIP602", "COL203"]
 TOLERANCE = 0.15

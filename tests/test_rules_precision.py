@@ -25,7 +25,7 @@ from tracediag.engine import diagnose
 from tracediag.fileio import read_bytes
 from tracediag.findings import Severity
 from tracediag.generator import generate
-from tracediag.load import load
+from tracediag.loader import load
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"

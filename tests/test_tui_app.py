@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Input, Markdown
 
 from tracediag.engine import diagnose
 from tracediag.findings import Severity
-from tracediag.load import load
+from tracediag.loader import load
 from tracediag.tui.app import DARK, LIGHT, make_app
 from tracediag.tui.detail_screen import FindingDetailScreen
 from tracediag.tui.findings_screen import FindingsScreen

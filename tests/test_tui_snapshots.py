@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tracediag.engine import diagnose
-from tracediag.load import load
+from tracediag.loader import load
 from tracediag.tui.app import make_app
 
 pytest.importorskip("pytest_textual_snapshot")

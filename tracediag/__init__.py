@@ -16,8 +16,6 @@ Importing the package loads nothing heavy: every name below is imported on first
 from __future__ import annotations
 
 import importlib
-import sys
-from types import ModuleType
 
 TYPE_CHECKING = False  # not typing's: importing typing would double this package's import time
 
@@ -47,6 +45,7 @@ _LAZY = {
     "Job": "tracediag.api",
     "Diagnosis": "tracediag.api",
     "diagnose": "tracediag.api",
+    "load": "tracediag.api",
     "open_tui": "tracediag.api",
     "Scale": "tracediag.api_whatif",
     "RemoveWait": "tracediag.api_whatif",
@@ -71,8 +70,6 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "load":  # the submodule, made callable when it is imported (see _Package)
-        return importlib.import_module("tracediag.load")
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
@@ -82,31 +79,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
-
-
-class _CallableLoadModule(ModuleType):
-    """``tracediag.load``: the loader module, callable as :func:`tracediag.api.load`.
-
-    The package cannot simply hold the function under that name: importing the submodule
-    ``tracediag.load`` (the CLI, the TUI and the API all do) rebinds the package's attribute to
-    the module. So the module itself answers the call, and ``tracediag.load.load`` and its other
-    functions stay where code and tests expect them.
-    """
-
-    def __call__(self, paths: Any, /, **options: Any) -> Any:
-        """``tracediag.load(paths, **options) -> Job``: see :func:`tracediag.api.load`."""
-        from tracediag.api import load
-
-        return load(paths, **options)
-
-
-class _Package(ModuleType):
-    """The package's module type: makes the ``load`` submodule callable as it is bound here."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "load" and type(value) is ModuleType:
-            value.__class__ = _CallableLoadModule
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

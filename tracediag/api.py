@@ -30,8 +30,8 @@ from tracediag import schema as S
 from tracediag.analysis import Analysis, analyse
 from tracediag.api_diagnosis import Diagnosis
 from tracediag.config import Config, from_mapping, load_config
-from tracediag.load import load as load_trace
-from tracediag.load import stderr_progress
+from tracediag.loader import load as load_trace
+from tracediag.loader import stderr_progress
 
 if TYPE_CHECKING:
     from tracediag.api_whatif import Change, WhatIfResult
@@ -189,7 +189,7 @@ def load(paths: PathLike | Iterable[PathLike], **options: Any) -> Job:
 
     ``paths``: a path or a list of them (a Neuron profile directory, per-rank files, a folder
     of them, in any format ``tracediag`` reads). ``options`` go to the loader
-    (:func:`tracediag.load.load`), e.g. ``align=False`` to keep each rank's clock as recorded,
+    (:func:`tracediag.loader.load`), e.g. ``align=False`` to keep each rank's clock as recorded,
     ``progress=True`` for progress lines on stderr (or a callable taking each line).
     Raises :class:`tracediag.TraceInputError` naming the file for unreadable input, and
     TypeError for an option the loader does not take.

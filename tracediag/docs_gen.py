@@ -15,14 +15,12 @@ import argparse
 import contextlib
 import enum
 import functools
-import importlib
 import inspect
 import io
 import os
 import re
 import shlex
 import sys
-import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -212,8 +210,6 @@ def api_markdown() -> str:
         if name.startswith("__"):
             continue
         obj = getattr(tracediag, name)
-        if isinstance(obj, types.ModuleType):  # `tracediag.load`: the loader, callable
-            obj = getattr(importlib.import_module("tracediag.api"), name)
         (classes if isinstance(obj, type) else functions).append((name, obj))
     lines += ["## Functions", ""]
     for name, obj in functions:

@@ -154,7 +154,7 @@ def say(args: argparse.Namespace, message: str) -> None:
 def diagnose_paths(args: argparse.Namespace, config: Config) -> Diagnosis:
     """Load the inputs (progress on stderr unless quiet) and diagnose them."""
     from tracediag.engine import diagnose
-    from tracediag.load import load, stderr_progress
+    from tracediag.loader import load, stderr_progress
 
     trace = load(
         args.paths,

@@ -17,7 +17,7 @@ import pandas as pd
 from tracediag.config import Config
 from tracediag.engine import DIAGNOSE_STAGES, Diagnosis, diagnose
 from tracediag.errors import TracediagError
-from tracediag.load import discover, load
+from tracediag.loader import discover, load
 from tracediag.tui.timeline_index import TimelineIndex
 from tracediag.tui.timeline_state import track_ranks
 
