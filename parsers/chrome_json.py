@@ -10,7 +10,6 @@ ns times), :mod:`chrome_events` (columns, B/E pairing, flows), :func:`builder.sa
 from __future__ import annotations
 
 import re
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +39,7 @@ def sniff(path: Path) -> bool:
     path = Path(path)
     if not path.is_file():
         return False
-    text = _head(path).lstrip(b"\xef\xbb\xbf \t\r\n")
+    text = fileio.sniff_head(path, _SNIFF_BYTES).lstrip(b"\xef\xbb\xbf \t\r\n")
     if text.startswith(b"["):
         return re.match(rb"\[\s*\{", text) is not None and _EVENT_KEYS[0].search(text) is not None
     if not text.startswith(b"{"):
@@ -49,19 +48,6 @@ def sniff(path: Path) -> bool:
         return True
     # "traceEvents" beyond the head: accept only event-shaped content (Neuron JSON has no "ph").
     return all(k.search(text) for k in _EVENT_KEYS)
-
-
-def _head(path: Path) -> bytes:
-    """The start of the content; a truncated or damaged gzip gives what decompresses."""
-    try:
-        return fileio.head(path, _SNIFF_BYTES)
-    except TraceInputError:
-        with open(path, "rb") as f:
-            raw = f.read(_SNIFF_BYTES)
-        try:
-            return zlib.decompressobj(wbits=31).decompress(raw, _SNIFF_BYTES)
-        except zlib.error:
-            return b""
 
 
 def read(path: Path) -> list[RankPart]:

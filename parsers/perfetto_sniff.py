@@ -8,11 +8,9 @@ id, timestamp, track event, descriptor, interned data, ...), whose numbers XPlan
 
 from __future__ import annotations
 
-import zlib
 from pathlib import Path
 
 from tracediag import fileio
-from tracediag.errors import TraceInputError
 from tracediag.parsers.perfetto_stream import MAX_RECORD_BYTES, FramingError, varint
 
 SNIFF_BYTES = 1 << 16
@@ -23,15 +21,7 @@ PERFETTO_PACKET_FIELDS = frozenset({8, 10, 11, 12, 13, 36, 41, 42, 50, 58, 59, 6
 
 def head(path: Path) -> bytes:
     """The first bytes of the content; a damaged gzip gives what decompresses."""
-    try:
-        return fileio.head(path, SNIFF_BYTES)
-    except TraceInputError:
-        with open(path, "rb") as f:
-            raw = f.read(SNIFF_BYTES)
-        try:
-            return zlib.decompressobj(wbits=31).decompress(raw, SNIFF_BYTES)
-        except zlib.error:
-            return b""
+    return fileio.sniff_head(path, SNIFF_BYTES)
 
 
 def first_record_fields(data: bytes) -> list[tuple[int, int, bytes]] | None:

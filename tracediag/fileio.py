@@ -30,6 +30,20 @@ def head(path: Path, n: int = 4096) -> bytes:
         raise TraceInputError(path, f"cannot read: {_reason(exc)}") from None
 
 
+def sniff_head(path: Path, n: int) -> bytes:
+    """The start of the content for format sniffing: a truncated or damaged gzip gives what
+    decompresses (the reader then reports the damage), an unreadable one ``b""``."""
+    try:
+        return head(path, n)
+    except TraceInputError:
+        with open(path, "rb") as f:
+            raw = f.read(n)
+        try:
+            return zlib.decompressobj(wbits=31).decompress(raw, n)
+        except zlib.error:
+            return b""
+
+
 def read_bytes(path: Path) -> bytes:
     """The whole content, decompressed when it is gzip; truncated or corrupt gzip is an error."""
     try:
