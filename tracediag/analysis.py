@@ -20,6 +20,7 @@ from tracediag.findings import Finding, Severity
 from tracediag.graph import Graph, build_graph
 from tracediag.infer import wait_edges
 from tracediag.layout import Layout, infer_layout
+from tracediag.pace import peer_gap_medians
 from tracediag.peers import dma_frame, event_ordinals, excess_over_peers
 from tracediag.replay import WhatIf, replay
 
@@ -56,6 +57,11 @@ class Analysis:
     def excess_over_peers(self) -> np.ndarray:
         """Per event: ns longer than the median of the same work on the other ranks."""
         return excess_over_peers(self.trace, self.ordinals)
+
+    @cached_property
+    def peer_gap_medians(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per node with a binding predecessor, its peers' median gap (pace.peer_gap_medians)."""
+        return peer_gap_medians(self)
 
     @cached_property
     def dma(self) -> pd.DataFrame:

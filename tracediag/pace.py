@@ -34,14 +34,23 @@ def peer_pace_change(ctx, ranks) -> WhatIf:
     return change + _gap_change(ctx, ranks)
 
 
-def _gap_change(ctx, ranks: np.ndarray) -> WhatIf:
+def peer_gap_medians(ctx) -> tuple[np.ndarray, np.ndarray]:
+    """(nodes with an event and a binding predecessor, the median gap of the same node on the
+    other ranks: same track name, ordinal and role; NaN where no other rank has it).
+
+    Independent of which ranks a what-if speeds up: ``Analysis.peer_gap_medians`` keeps it, so
+    a rule trying several ranks computes the medians once."""
     g = ctx.graph
-    has_ev = (g.event >= 0) & (g.bind >= 0)
-    idx = np.flatnonzero(has_ev)
+    idx = np.flatnonzero((g.event >= 0) & (g.bind >= 0))
     names = peer_track_names(ctx.trace)
     name_code = track_name_codes(names)[g.track[idx]]
     ordinal = ctx.ordinals[g.event[idx]]
     key = (name_code * (int(ordinal.max(initial=0)) + 1) + ordinal) * 4 + g.role[idx]
-    med = median_of_others(key, g.gap[idx])
+    return idx, median_of_others(key, g.gap[idx])
+
+
+def _gap_change(ctx, ranks: np.ndarray) -> WhatIf:
+    g = ctx.graph
+    idx, med = ctx.peer_gap_medians
     late = np.isin(g.rank[idx], ranks) & ~np.isnan(med) & (g.gap[idx] > np.nan_to_num(med))
     return WhatIf.gaps(idx[late], np.floor(med[late]).astype(np.int64))
