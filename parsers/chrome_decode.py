@@ -126,7 +126,7 @@ def decode(path: Path, data: bytes) -> Decoded:
             doc = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
             doc = _decode_sanitised(path, data, exc, rewritten)
-    huge = _count_huge_ints(data)
+    huge = count_huge_ints(data)
     if huge:
         rewritten[HUGE_INTS] = huge
     if isinstance(doc, dict):
@@ -167,7 +167,7 @@ def _decode_sanitised(
     ) from None
 
 
-def _count_huge_ints(data: bytes) -> int:
+def count_huge_ints(data: bytes) -> int:
     """Integers outside int64/uint64: depending on its version orjson refuses them (we quote them)
     or reads them as floats; either way they are not exact integers any more."""
     # Cheap pre-check (a regex scan of the whole text is several times slower): 20 digits in a row.

@@ -10,13 +10,12 @@ metadata (``M``) are not events; ``M`` gives thread names (used in CPU track lab
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import repeat
 
 import numpy as np
 import pandas as pd
 
 from tracediag import schema as S
-from tracediag.parsers.chrome_decode import Decoded, paused_gc
+from tracediag.parsers.chrome_columns import ArgColumns, EventColumns, categorical_text
 from tracediag.parsers.chrome_nesting import SliceNesting
 
 _INSTANT = ("i", "I")
@@ -26,7 +25,6 @@ _NOT_EVENTS = ("M", "C")
 _ASYNC_BEGIN = ("b", "S")
 _ASYNC_END = ("e", "F")
 _ASYNC_STEP = ("n", "T", "p")
-_NO_ARGS: dict = {}  # shared by every event without args (read-only)
 
 
 @dataclass
@@ -34,8 +32,8 @@ class EventTable:
     """Slices and flow points of one Chrome trace, columnar.
 
     ``slices``: ``ph`` (X, B, i or b), ``cat``, ``name``, ``pid``, ``tid`` (text), ``ts_ns`` and
-    ``dur_ns`` (nullable Int64: missing where the file gave no usable time), ``args`` (the event's
-    args object; ``{}`` when it has none or it is not an object) and ``pos`` (index in the file's event list).
+    ``dur_ns`` (nullable Int64: missing where the file gave no usable time) and ``pos`` (the
+    event's position in :class:`EventColumns`, where its ``args`` are).
     ``flows``: ``ph``, ``cat``, ``id``, ``pid``, ``tid``, ``ts_ns`` (int64), ``enclosing`` (binds
     to the enclosing slice rather than the next one).
     """
@@ -46,51 +44,30 @@ class EventTable:
     counts: dict[str, int] = field(default_factory=dict)
 
 
-def tabulate(decoded: Decoded, skip_flows: tuple[str, ...] = ()) -> EventTable:
-    """Columns of the decoded event objects (see :class:`EventTable`).
+def tabulate(columns: EventColumns, skip_flows: tuple[str, ...] = ()) -> EventTable:
+    """Slices and flow points of the trace's events (see :class:`EventTable`).
 
     Flow points of the categories in ``skip_flows`` (matched case-insensitively) are left out.
     """
-    counts: dict[str, int] = {}
-    events = decoded.events
-    keys = ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")
-    with paused_gc():
-        try:
-            col = _columns(events, keys)
-        except TypeError:  # entries that are not objects
-            kept = [e for e in events if isinstance(e, dict)]
-            counts["trace entries that are not JSON objects: skipped"] = len(events) - len(kept)
-            events = kept
-            col = _columns(events, keys)
-        ts_ns, ts_ok = decoded.times("ts", col["ts"])
-        dur_ns, dur_ok = decoded.times("dur", col["dur"])
-        frame = pd.DataFrame({k: categorical_text(col[k]) for k in ("cat", "name", "pid", "tid")})
-        frame["pos"] = np.arange(len(events), dtype=np.int64)
-        phase = categorical_text(col["ph"])
-    args = _object_args(col.pop("args"), counts)
-    del col
-    times = _Times(ts_ns, ts_ok, dur_ns, dur_ok)
+    counts = dict(columns.counts)
+    frame = pd.DataFrame({k: columns.text[k] for k in ("cat", "name", "pid", "tid")})
+    frame["pos"] = np.arange(len(columns), dtype=np.int64)
+    phase = columns.text["ph"]
+    times = _Times(columns.ts, columns.ts_ok, columns.dur, columns.dur_ok)
     is_phase = _phase_masks(phase, counts)
     parts = [
-        _complete(frame, is_phase("X"), args, times),
-        _paired(frame, is_phase("B"), is_phase("E"), events, args, times, "B/E", counts),
+        _complete(frame, is_phase("X"), times),
+        _paired(frame, is_phase("B"), is_phase("E"), columns, times, "B/E", counts),
         _paired(
-            frame,
-            is_phase(*_ASYNC_BEGIN),
-            is_phase(*_ASYNC_END),
-            events,
-            args,
-            times,
-            "async",
-            counts,
+            frame, is_phase(*_ASYNC_BEGIN), is_phase(*_ASYNC_END), columns, times, "async", counts
         ),
-        _instants(frame, is_phase(*_INSTANT), args, times),
+        _instants(frame, is_phase(*_INSTANT), times),
     ]
     slices = pd.concat([p for p in parts if len(p)] or parts[:1], ignore_index=True)
     skipped = [i for i, c in enumerate(frame["cat"].cat.categories) if c.lower() in skip_flows]
     flow_rows = is_phase(*_FLOW) & ~np.isin(frame["cat"].cat.codes.to_numpy(), skipped)
-    flows = _flow_points(frame, flow_rows, np.asarray(phase), events, times, counts)
-    threads = _thread_names(frame, is_phase("M"), args)
+    flows = _flow_points(frame, flow_rows, np.asarray(phase), columns, times, counts)
+    threads = _thread_names(frame, is_phase("M"), columns.args)
     return EventTable(slices, flows, threads, counts)
 
 
@@ -135,82 +112,32 @@ def _phase_masks(phase: pd.Categorical, counts: dict[str, int]):
     return is_phase
 
 
-def _columns(events: list, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
-    """Several keys of every event object (all dicts), as object arrays.
-
-    One C-level ``map(dict.get)`` per key: measured faster than one Python pass building tuples
-    (whose transpose costs more than the extra passes); ``fromiter`` never mistakes a list value
-    for a row. Raises TypeError when an entry is not a dict.
-    """
-    n = len(events)
-    return {k: np.fromiter(map(dict.get, events, repeat(k)), dtype=object, count=n) for k in keys}
-
-
-def _column(events: list, key: str) -> np.ndarray:
-    return _columns(events, (key,))[key]
-
-
-def _object_args(args: np.ndarray, counts: dict[str, int]) -> np.ndarray:
-    """``args`` with every value that is not a JSON object (absent, a list, ...) as ``{}``, so
-    later passes need no type test per row; the malformed ones are counted."""
-    types = np.fromiter(map(type, args), dtype=object, count=len(args))
-    is_dict = np.equal(types, dict)
-    if not is_dict.all():
-        bad = np.flatnonzero(~is_dict)
-        given = int(np.not_equal(types[bad], type(None)).sum())
-        if given:
-            counts["events whose args is not a JSON object: args ignored"] = given
-        args[bad] = [_NO_ARGS] * len(bad)
-    return args
-
-
-def categorical_text(values: np.ndarray) -> pd.Categorical:
-    """Values as categorical text ('' when missing): pids, tids and names may be numbers."""
-    try:
-        codes, uniq = pd.factorize(values)
-    except TypeError:  # unhashable values (lists, objects) stand for themselves as text
-        codes, uniq = pd.factorize(
-            pd.Series(values, dtype=object).astype(str).to_numpy(dtype=object)
-        )
-    texts = [u if isinstance(u, str) else _number_text(u) for u in uniq] + [""]
-    codes = np.where(codes < 0, len(uniq), codes)
-    remap, categories = pd.factorize(np.array(texts, dtype=object))
-    return pd.Categorical.from_codes(remap[codes], categories=pd.Index(categories, dtype=object))
-
-
-def _number_text(v) -> str:
-    if isinstance(v, float) and v.is_integer():
-        return str(int(v))
-    return str(v)
-
-
-def _slice_frame(frame: pd.DataFrame, rows: np.ndarray, ph: str, args, ts, dur) -> pd.DataFrame:
+def _slice_frame(frame: pd.DataFrame, rows: np.ndarray, ph: str, ts, dur) -> pd.DataFrame:
     out = frame.iloc[rows].reset_index(drop=True)
     out["ph"] = ph
     out[S.TS] = ts
     out[S.DUR] = dur
-    out["args"] = args[rows]
     return out
 
 
-def _complete(frame, mask, args, times: _Times) -> pd.DataFrame:
+def _complete(frame, mask, times: _Times) -> pd.DataFrame:
     rows = np.flatnonzero(mask)
     ts = pd.arrays.IntegerArray(times.ts[rows], ~times.ts_ok[rows])
     dur = pd.arrays.IntegerArray(times.dur[rows], ~times.dur_ok[rows])
-    return _slice_frame(frame, rows, "X", args, ts, dur)
+    return _slice_frame(frame, rows, "X", ts, dur)
 
 
-def _instants(frame, mask, args, times: _Times) -> pd.DataFrame:
+def _instants(frame, mask, times: _Times) -> pd.DataFrame:
     rows = np.flatnonzero(mask)
     ts = pd.arrays.IntegerArray(times.ts[rows], ~times.ts_ok[rows])
     dur = pd.arrays.IntegerArray(
         np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows), dtype=bool)
     )
-    return _slice_frame(frame, rows, "i", args, ts, dur)
+    return _slice_frame(frame, rows, "i", ts, dur)
 
 
 def _paired(
-    frame, begin_mask, end_mask, events, args, times: _Times, what: str, counts
+    frame, begin_mask, end_mask, columns: EventColumns, times: _Times, what: str, counts
 ) -> pd.DataFrame:
     """Begin/end events paired as a stack, per thread (B/E) or per (cat, id) (async).
 
@@ -223,7 +150,7 @@ def _paired(
         counts[f"{what} events without a valid ts: skipped"] = int(bad_time.sum())
         rows = rows[~bad_time]
     if what == "async":
-        ids = categorical_text(_column([events[i] for i in rows], "id")).codes.astype(np.int64)
+        ids = categorical_text(columns.id_values("id", rows)).codes.astype(np.int64)
         first = frame["cat"].cat.codes.to_numpy()[rows].astype(np.int64)
         key = first * (ids.max() + 2) + ids
     else:
@@ -246,7 +173,7 @@ def _paired(
     no_mask = np.zeros(len(b_rows), dtype=bool)
     ts = pd.arrays.IntegerArray(times.ts[b_rows], no_mask)
     dur = pd.arrays.IntegerArray(times.ts[e_rows] - times.ts[b_rows], no_mask.copy())
-    return _slice_frame(frame, b_rows, "b" if what == "async" else "B", args, ts, dur)
+    return _slice_frame(frame, b_rows, "b" if what == "async" else "B", ts, dur)
 
 
 def pair_stack(
@@ -273,15 +200,14 @@ def pair_stack(
     return order[order2[i]], order[order2[i + 1]]
 
 
-def _flow_points(frame, mask, phase, events, times: _Times, counts) -> pd.DataFrame:
+def _flow_points(frame, mask, phase, columns: EventColumns, times: _Times, counts) -> pd.DataFrame:
     rows = np.flatnonzero(mask)
     bad = ~times.ts_ok[rows]
     if bad.any():
         counts["flow events without a valid ts: skipped"] = int(bad.sum())
         rows = rows[~bad]
-    sub = [events[i] for i in rows]
-    ids = np.fromiter([e.get("id", e.get("bind_id")) for e in sub], dtype=object, count=len(sub))
-    bp = _column(sub, "bp")
+    ids = columns.id_values("flow_id", rows)
+    bp = columns.id_values("bp", rows)
     ph = phase[rows]
     return pd.DataFrame(
         {
@@ -297,15 +223,15 @@ def _flow_points(frame, mask, phase, events, times: _Times, counts) -> pd.DataFr
     )
 
 
-def _thread_names(frame, mask, args: np.ndarray) -> dict[tuple[str, str], str]:
+def _thread_names(frame, mask, args: ArgColumns) -> dict[tuple[str, str], str]:
     """Thread names from ``M`` metadata events (a loop over metadata, not events)."""
     threads: dict[tuple[str, str], str] = {}
     names = frame["name"].array
     pids, tids = frame["pid"].array, frame["tid"].array
-    for i in np.flatnonzero(mask):
+    rows = np.flatnonzero(mask)
+    for i, label in zip(rows, args.value("name", rows), strict=True):
         if names[i] != "thread_name":
             continue
-        label = args[i].get("name")
         if isinstance(label, str):
             threads[(pids[i], tids[i])] = label
     return threads

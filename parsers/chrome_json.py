@@ -20,7 +20,8 @@ from tracediag import schema as S
 from tracediag.builder import RankPart, sanitize_events
 from tracediag.errors import TraceInputError
 from tracediag.parsers import kineto, kineto_layers
-from tracediag.parsers.chrome_decode import decode, paused_gc
+from tracediag.parsers.chrome_columns import read_columns
+from tracediag.parsers.chrome_decode import paused_gc
 from tracediag.parsers.chrome_events import flow_edges, tabulate
 from tracediag.parsers.kineto_collectives import collective_rows
 from tracediag.parsers.kineto_sync import sync_edges
@@ -58,27 +59,23 @@ def read(path: Path) -> list[RankPart]:
 
 
 def _read(path: Path) -> RankPart:
-    decoded = decode(path, fileio.read_bytes(path))
-    info = decoded.metadata
+    # TensorFlow/JAX trace-viewer JSON ends traceEvents with an empty object: a terminator the
+    # format's writers add, not an event (read_columns leaves it out, uncounted).
+    columns = read_columns(path, fileio.read_bytes(path))
     meta = S.RankMeta(rank=0, sources=[str(path)], format=FORMAT)
-    _rank_and_info(meta, info, path)
-    for reason, n in decoded.rewritten.items():
+    _rank_and_info(meta, columns.metadata, path)
+    for reason, n in columns.rewritten.items():
         meta.count(reason, n)
-    if decoded.events and decoded.events[-1] == {}:
-        # TensorFlow/JAX trace-viewer JSON ends traceEvents with an empty object: a terminator
-        # the format's writers add, not an event (nothing is lost by not counting it).
-        decoded.events.pop()
-    if not decoded.events:
+    if not columns.entries:
         raise TraceInputError(path, "trace has no events ('traceEvents' is empty)")
     # Kineto's ac2g flows repeat the launch correlation: launch edges carry them.
-    table = tabulate(decoded, skip_flows=("ac2g",))
-    del decoded  # the event dicts and the document's bytes: the largest objects of the read
+    table = tabulate(columns, skip_flows=("ac2g",))
     for reason, n in table.counts.items():
         meta.count(reason, n)
     slices = sanitize_events(table.slices, meta)
     if not len(slices):
         raise TraceInputError(path, "trace has no timed events (only metadata, counters or flows)")
-    rows = kineto.describe(slices)
+    rows = kineto.describe(slices, columns.args)
     kind = kineto.event_kinds(rows)
     launches, launcher = kineto.launch_edges(rows)
     op_row = kineto.launching_ops(rows, launcher)
@@ -136,10 +133,10 @@ def _events_frame(slices, rows: kineto.Rows, kind, op, step, layer, thread_names
     n = len(slices)
     bytes_ = np.full(n, np.nan)
     dma = np.flatnonzero(kind == "dma")
-    bytes_[dma] = kineto.arg_numbers(rows.args, dma, "bytes")
+    bytes_[dma] = rows.args.number("bytes", dma)
     src_id = rows.corr.copy()
     no_corr = np.flatnonzero(~np.isfinite(src_id))
-    src_id[no_corr] = kineto.arg_numbers(rows.args, no_corr, "External id")
+    src_id[no_corr] = rows.args.number("External id", no_corr)
     src_id = np.where(np.isfinite(src_id) & (np.abs(src_id) < 2**62), src_id, -1).astype(np.int64)
     frame = pd.DataFrame(
         {

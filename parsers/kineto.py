@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from itertools import repeat
 
 import numpy as np
 import pandas as pd
 
 from tracediag import schema as S
 from tracediag.builder import TRACK_CLOCK, TRACK_DEVICE, TRACK_ENGINE, TRACK_KIND_COL, TRACK_LABEL
+from tracediag.parsers.chrome_columns import ArgColumns, RowArgs
 from tracediag.parsers.chrome_nesting import SliceNesting
 
 #: Host calls that block until GPU work completes.
@@ -82,7 +82,7 @@ class Rows:
     thread: np.ndarray  # integer code of (gpu?, pid, tid): one per track
     ts: np.ndarray
     end: np.ndarray
-    args: np.ndarray  # each slice's args dict ({} where the event had none)
+    args: RowArgs  # the args keys the passes read, per slice
     corr: np.ndarray  # args.correlation, NaN when absent
     on_gpu: np.ndarray
 
@@ -101,8 +101,9 @@ class Rows:
         return per_name[self.name_codes[rows]] if len(per_name) else np.zeros(len(rows), dtype=bool)
 
 
-def describe(slices: pd.DataFrame) -> Rows:
-    """Families, thread codes, times and correlation ids of the slices."""
+def describe(slices: pd.DataFrame, args: ArgColumns) -> Rows:
+    """Families, thread codes, times and correlation ids of the slices (``args`` by their
+    ``pos``)."""
     cat = slices["cat"].astype("category").array
     per_cat = np.array(
         [FAMILIES.index(category_family(str(c))) for c in cat.categories] or [0], dtype=np.int8
@@ -118,7 +119,7 @@ def describe(slices: pd.DataFrame) -> Rows:
         .ngroup()
     )
     ts = slices[S.TS].to_numpy(dtype=np.int64)
-    args = slices["args"].to_numpy(dtype=object)
+    args = RowArgs(args, slices["pos"].to_numpy(dtype=np.int64))
     rows = Rows(
         family=family,
         name=np.asarray(name, dtype=object),
@@ -134,19 +135,8 @@ def describe(slices: pd.DataFrame) -> Rows:
         on_gpu=on_gpu,
     )
     has_corr = rows.where("runtime", *GPU_FAMILIES)
-    rows.corr[has_corr] = arg_numbers(args, has_corr, "correlation")
+    rows.corr[has_corr] = args.number("correlation", has_corr)
     return rows
-
-
-def arg_values(args: np.ndarray, rows: np.ndarray, key: str) -> np.ndarray:
-    """``args[key]`` of the given rows (None where absent); ``args`` holds dicts only."""
-    return np.fromiter(map(dict.get, args[rows], repeat(key)), dtype=object, count=len(rows))
-
-
-def arg_numbers(args: np.ndarray, rows: np.ndarray, key: str) -> np.ndarray:
-    """``args[key]`` of the given rows as float64 (NaN where absent or not a number)."""
-    values = pd.Series(arg_values(args, rows, key), dtype=object)
-    return pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
 
 
 def event_kinds(rows: Rows) -> np.ndarray:
@@ -230,8 +220,8 @@ def launching_ops(rows: Rows, launcher: np.ndarray) -> np.ndarray:
     orphans = rows.where(*GPU_WORK, gpu=True)
     orphans = orphans[launcher[orphans] < 0]
     if len(orphans) and len(ops):
-        ext = arg_numbers(rows.args, orphans, "External id")
-        by_ext = pd.Series(ops, index=arg_numbers(rows.args, ops, "External id"))
+        ext = rows.args.number("External id", orphans)
+        by_ext = pd.Series(ops, index=rows.args.number("External id", ops))
         by_ext = by_ext[~by_ext.index.duplicated(keep="last")]
         named = by_ext.reindex(ext).to_numpy(dtype=np.float64)
         trusted = np.isfinite(ext) & (ext != rows.corr[orphans]) & np.isfinite(named)

@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 
 from tracediag import schema as S
-from tracediag.parsers.kineto import Rows, arg_numbers, arg_values
+from tracediag.parsers.chrome_columns import COLLECTIVE_ARGS
+from tracediag.parsers.kineto import Rows
 
 #: Normalised operation names, tried in order on the lower-cased letters of a name.
 _OPS = (
@@ -56,17 +57,6 @@ _DTYPE_BYTES = {
     **dict.fromkeys(("complexfloat", "complex64"), 8),
     **dict.fromkeys(("complexdouble", "complex128"), 16),
 }
-_FIELDS = (
-    "Collective name",
-    "In msg nelems",
-    "Out msg nelems",
-    "In msg size",
-    "Out msg size",
-    "dtype",
-    "Process Group Name",
-    "Process Group Ranks",
-    "Seq",
-)
 
 
 def collective_rows(rows: Rows, kind: np.ndarray) -> pd.DataFrame:
@@ -117,24 +107,24 @@ def collective_rows(rows: Rows, kind: np.ndarray) -> pd.DataFrame:
 
 def _metadata(rows: Rows, coll: np.ndarray) -> dict[str, np.ndarray]:
     """Collective args of the kernels, filled from the CPU op with the same External id."""
-    fields = {f: arg_values(rows.args, coll, f) for f in _FIELDS}
+    fields = {f: rows.args.value(f, coll) for f in COLLECTIVE_ARGS}
     if not len(coll):
         return fields
     cpu = np.flatnonzero(~rows.on_gpu)
-    carriers = cpu[pd.notna(arg_values(rows.args, cpu, "Collective name"))]
+    carriers = cpu[pd.notna(rows.args.value("Collective name", cpu))]
     if not len(carriers):
         return fields
-    ext = arg_numbers(rows.args, coll, "External id")
+    ext = rows.args.number("External id", coll)
     # Older Kineto set a GPU slice's External id to its correlation id: no link to an op then.
     ext = np.where(ext == rows.corr[coll], np.nan, ext)
-    by_ext = pd.Series(carriers, index=arg_numbers(rows.args, carriers, "External id"))
+    by_ext = pd.Series(carriers, index=rows.args.number("External id", carriers))
     by_ext = by_ext[~by_ext.index.duplicated(keep="last")]
     carrier = by_ext.reindex(ext).to_numpy()
     has = np.isfinite(carrier)
-    for f in _FIELDS:
+    for f in COLLECTIVE_ARGS:
         missing = has & pd.isna(fields[f])
         if missing.any():
-            fields[f][missing] = arg_values(rows.args, carrier[missing].astype(np.int64), f)
+            fields[f][missing] = rows.args.value(f, carrier[missing].astype(np.int64))
     return fields
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from tracediag import schema as S
-from tracediag.parsers.kineto import GPU_WORK, Rows, arg_numbers, arg_values
+from tracediag.parsers.kineto import GPU_WORK, Rows
 
 _NO_STREAM = (-1, 2**32 - 1)  # "no stream" as Kineto writes it (int32 or uint32 -1)
 
@@ -34,12 +34,12 @@ def sync_edges(rows: Rows, kind: np.ndarray) -> pd.DataFrame:
         return _edges([], [])
     records = rows.where("gpu_sync", gpu=True)
     what = _record_kind(rows, records)
-    device = arg_numbers(rows.args, records, "device")
+    device = rows.args.number("device", records)
     device_text = np.where(np.isfinite(device), _int_text(device), rows.pid[records])
-    waits_on = device_text + "/" + _int_text(arg_numbers(rows.args, records, "wait_on_stream"))
-    stream = arg_numbers(rows.args, records, "stream")
+    waits_on = device_text + "/" + _int_text(rows.args.number("wait_on_stream", records))
+    stream = rows.args.number("stream", records)
     on_stream = device_text + "/" + _int_text(stream)
-    recorded_corr = arg_numbers(rows.args, records, "wait_on_cuda_event_record_corr_id")
+    recorded_corr = rows.args.number("wait_on_cuda_event_record_corr_id", records)
     rec_corr = rows.corr[records]
 
     w_stream = _per_track_text(rows, work, lambda pid, tid: f"{pid}/{tid}")
@@ -107,7 +107,7 @@ def _per_track_text(rows: Rows, idx: np.ndarray, text) -> np.ndarray:
 
 
 def _record_kind(rows: Rows, records: np.ndarray) -> np.ndarray:
-    kind = arg_values(rows.args, records, "cuda_sync_kind")
+    kind = rows.args.value("cuda_sync_kind", records)
     text = np.where(pd.notna(kind), kind, rows.name[records]).astype(str)
     return np.char.lower(text)
 

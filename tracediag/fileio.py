@@ -58,7 +58,7 @@ def read_bytes(path: Path) -> bytes:
         ) from None
     except (OSError, zlib.error) as exc:
         raise TraceInputError(path, f"cannot read: {_reason(exc)}") from None
-    if not data.strip():
+    if not data or data.isspace():  # (isspace stops at the first other byte; strip would copy)
         raise TraceInputError(path, "empty file")
     return data
 

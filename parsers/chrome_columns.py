@@ -1,0 +1,421 @@
+"""Chrome trace events as columns, decoded a piece at a time, with no dict per event kept.
+
+The fast path splits the document (:mod:`chrome_chunks`) and decodes each piece with msgspec into
+small typed records holding only the keys tracediag reads (others are skipped while parsing, not
+built), turns the piece into columns and drops it: peak memory is the columns plus one piece,
+not a dict per event. Documents the fast path does not take (not the plain layout, NaN or
+integers beyond 64 bits, invalid JSON) go through :func:`chrome_decode.decode` whole, whose
+error messages and repairs are the reference; both paths end in the same :class:`EventColumns`,
+built by the same code from per-piece object arrays, so their results are identical.
+
+Times: each piece's ``ts``/``dur`` go through :meth:`Decoded.times` with that piece's own bytes,
+exact to the ns as for a whole document. Text columns accumulate per piece as (codes, distinct
+values) and are joined at the end with the numbering :func:`categorical_text` gives a whole
+document. ``args``: the keys the Kineto passes read are kept, numbers as float64 columns and the
+rest sparse (positions and values where present).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import repeat
+from operator import attrgetter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from tracediag.parsers import chrome_chunks
+from tracediag.parsers.chrome_decode import Decoded, count_huge_ints, decode, paused_gc
+
+# args keys read as numbers (float64, NaN where absent or not a number) ...
+NUMBER_ARGS = (
+    "correlation",
+    "External id",
+    "device",
+    "stream",
+    "wait_on_stream",
+    "wait_on_cuda_event_record_corr_id",
+    "bytes",
+)
+# The collective fields Kineto puts in a kernel's or CPU op's args (kineto_collectives).
+COLLECTIVE_ARGS = (
+    "Collective name",
+    "In msg nelems",
+    "Out msg nelems",
+    "In msg size",
+    "Out msg size",
+    "dtype",
+    "Process Group Name",
+    "Process Group Ranks",
+    "Seq",
+)
+# ... and as the values given (None where absent): thread names, sync kinds, collective fields.
+VALUE_ARGS = ("name", "cuda_sync_kind", *COLLECTIVE_ARGS)  # "name": of M events (META_ARGS)
+META_ARGS = ("name",)
+TEXT_KEYS = ("ph", "cat", "name", "pid", "tid")
+# Phases whose ``id``/``bind_id``/``bp`` are read: flows and async begin/end.
+ID_PHASES = ("s", "t", "f", "b", "e", "S", "F")
+_PIECE_BYTES = 4 << 20
+_ARG_FIELDS = {f"a{i}": key for i, key in enumerate(NUMBER_ARGS + VALUE_ARGS)}
+
+
+def _struct(name: str, fields: dict[str, tuple[str, Any]]) -> type:
+    """A msgspec Struct (untracked by the GC: it holds no cycles) with renamed JSON keys."""
+    return msgspec.defstruct(
+        name,
+        [(attr, Any, default) for attr, (_, default) in fields.items()],
+        rename={attr: key for attr, (key, _) in fields.items()},
+        gc=False,
+    )
+
+
+_Args = _struct("_Args", {attr: (key, None) for attr, key in _ARG_FIELDS.items()})
+_JSON_OTHER = int | float | str | bool | None | list  # what a non-object entry may be
+_Event = msgspec.defstruct(
+    "_Event",
+    [
+        *((k, Any, None) for k in (*TEXT_KEYS, "ts", "dur", "bind_id", "bp")),
+        ("id", Any, msgspec.UNSET),  # absent and null differ: flows fall back to bind_id
+        ("args", _Args | _JSON_OTHER, None),
+    ],
+    gc=False,
+)
+# Of flow and async events: ``id`` (async pairs), ``id`` else ``bind_id`` (flows), ``bp``.
+_ID_KEYS = ("id", "flow_id", "bp")
+_ATTR_OF = {key: attr for attr, key in _ARG_FIELDS.items()}
+_DECODER = msgspec.json.Decoder(list[_Event | _JSON_OTHER])
+
+
+@dataclass(frozen=True)
+class _Access:
+    """How event fields are read from one decoding's records (msgspec structs or dicts)."""
+
+    event_type: type
+    args_type: type
+    get: Callable[[str, Iterable], Iterator]  # event key -> values (None where absent)
+    arg: Callable[[str, Iterable], Iterator]  # args key of args records -> values
+    has_id: Callable[[Iterable], Iterator]  # whether each event has an "id" key (even null)
+
+
+_STRUCTS = _Access(
+    _Event,
+    _Args,
+    get=lambda key, events: map(attrgetter(key), events),
+    arg=lambda key, args: map(attrgetter(_ATTR_OF[key]), args),
+    has_id=lambda events: (e.id is not msgspec.UNSET for e in events),
+)
+_DICTS = _Access(
+    dict,
+    dict,
+    get=lambda key, events: map(dict.get, events, repeat(key)),
+    arg=lambda key, args: map(dict.get, args, repeat(key)),
+    has_id=lambda events: map(dict.__contains__, events, repeat("id")),
+)
+
+
+class _Unfit(Exception):
+    """The document is not for the fast path (it is decoded whole instead)."""
+
+
+@dataclass
+class ArgColumns:
+    """The ``args`` keys tracediag reads, per event position (see the module docstring)."""
+
+    numbers: dict[str, np.ndarray]
+    values: dict[str, tuple[np.ndarray, np.ndarray]]  # key -> (sorted positions, values)
+
+    def number(self, key: str, pos: np.ndarray) -> np.ndarray:
+        """``args[key]`` of the events at ``pos`` as float64 (NaN where absent or no number)."""
+        return self.numbers[key][pos]
+
+    def value(self, key: str, pos: np.ndarray) -> np.ndarray:
+        """``args[key]`` of the events at ``pos`` as given (None where absent)."""
+        where, values = self.values[key]
+        out = np.full(len(pos), None, dtype=object)
+        if len(where):
+            i = np.minimum(np.searchsorted(where, pos), len(where) - 1)
+            hit = where[i] == pos
+            out[hit] = values[i[hit]]
+        return out
+
+
+@dataclass
+class RowArgs:
+    """The args of a table's rows: row ``i`` is the event at position ``pos[i]``."""
+
+    columns: ArgColumns
+    pos: np.ndarray
+
+    def number(self, key: str, rows: np.ndarray) -> np.ndarray:
+        """``args[key]`` of the given rows as float64 (NaN where absent or not a number)."""
+        return self.columns.number(key, self.pos[rows])
+
+    def value(self, key: str, rows: np.ndarray) -> np.ndarray:
+        """``args[key]`` of the given rows as given (None where absent)."""
+        return self.columns.value(key, self.pos[rows])
+
+
+@dataclass
+class EventColumns:
+    """Every event object of a trace as columns (position = index among the objects)."""
+
+    metadata: dict
+    text: dict[str, pd.Categorical]  # TEXT_KEYS, as categorical_text gives them
+    ts: np.ndarray
+    ts_ok: np.ndarray
+    dur: np.ndarray
+    dur_ok: np.ndarray
+    ids: dict[str, tuple[np.ndarray, np.ndarray]]  # _ID_KEYS of ID_PHASES events
+    args: ArgColumns
+    entries: int  # entries of the event array, objects or not (a '{}' terminator left out)
+    rewritten: dict[str, int] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def id_values(self, key: str, pos: np.ndarray) -> np.ndarray:
+        """``id``, ``flow_id`` (``id``, else ``bind_id``) or ``bp`` of flow and async events at
+        ``pos`` (None where absent)."""
+        return ArgColumns({}, self.ids).value(key, pos)
+
+
+def read_columns(path: Path, data: bytes, piece_bytes: int | None = None) -> EventColumns:
+    """The events of the Chrome trace document ``data`` (read from ``path``) as columns,
+    decoded ``piece_bytes`` (default :data:`_PIECE_BYTES`) at a time.
+
+    Raises :class:`TraceInputError` as :func:`chrome_decode.decode` does for unusable documents.
+    """
+    with paused_gc():
+        try:
+            return _read_in_pieces(path, data, piece_bytes or _PIECE_BYTES)
+        except _Unfit:
+            return read_whole(path, data)
+
+
+def read_whole(path: Path, data: bytes) -> EventColumns:
+    """:func:`read_columns` by one ``orjson.loads`` of the whole document (the reference path,
+    and the one for documents the piecewise path does not take)."""
+    with paused_gc():
+        decoded = decode(path, data)
+        if decoded.events and decoded.events[-1] == {}:
+            decoded.events.pop()  # trace-viewer JSON's terminator: not an event
+        builder = _Builder()
+        builder.add_dicts(decoded)
+        return builder.finish(decoded.metadata, decoded.rewritten, drop_terminator=False)
+
+
+def _read_in_pieces(path: Path, data: bytes, piece_bytes: int) -> EventColumns:
+    layout = chrome_chunks.split(data, piece_bytes)
+    if layout is None:
+        raise _Unfit
+    builder = _Builder()
+    i = 0
+    while i < len(layout.pieces):
+        start, end = layout.pieces[i]
+        text = b"".join((b"[", data[start:end], b"]"))
+        if count_huge_ints(text):
+            raise _Unfit  # msgspec reads them exactly; the whole-document path counts them
+        try:
+            entries = _DECODER.decode(text)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            if layout.merge_with_next(i):  # a cut inside a string or nested array: move it on
+                continue
+            raise _Unfit from None
+        builder.add_structs(Decoded(path, text, {}, entries))
+        del entries
+        i += 1
+    return builder.finish(layout.metadata, {}, drop_terminator=layout.ends_with_empty_object)
+
+
+class _Builder:
+    """Accumulates the columns of successive pieces of one document."""
+
+    def __init__(self) -> None:
+        self.text = {k: _TextColumn() for k in TEXT_KEYS}
+        self.times: dict[str, list[np.ndarray]] = {k: [] for k in ("ts", "ts_ok", "dur", "dur_ok")}
+        self.numbers: dict[str, list[np.ndarray]] = {k: [] for k in NUMBER_ARGS}
+        self.values = {k: _Sparse() for k in VALUE_ARGS}
+        self.ids = {k: _Sparse() for k in _ID_KEYS}
+        self.counts: dict[str, int] = {}
+        self.n = 0  # objects added
+        self.entries = 0  # entries added, objects or not
+
+    def add_structs(self, piece: Decoded) -> None:
+        """Add a piece decoded into ``_Event`` records (other JSON values are counted, skipped)."""
+        self._add(piece, _STRUCTS)
+
+    def add_dicts(self, decoded: Decoded) -> None:
+        """Add the event dicts of a whole-document decode."""
+        self._add(decoded, _DICTS)
+
+    def _add(self, piece: Decoded, access: _Access) -> None:
+        self.entries += len(piece.events)
+        events = _objects_only(piece.events, access.event_type, self.counts)
+        n = len(events)
+        for key in TEXT_KEYS:
+            self.text[key].add(_array(access.get(key, events), n))
+        for key in ("ts", "dur"):
+            ns, ok = piece.times(key, _array(access.get(key, events), n))
+            self.times[key].append(ns)
+            self.times[f"{key}_ok"].append(ok)
+        id_rows = np.flatnonzero(self.text["ph"].last_in(ID_PHASES))
+        if len(id_rows):
+            self._add_ids(_array(events, n)[id_rows], id_rows, access)
+        self._add_args(_array(access.get("args", events), n), access)
+        self.n += n
+
+    def _add_ids(self, events: np.ndarray, rows: np.ndarray, access: _Access) -> None:
+        """``id``, ``id`` else ``bind_id``, and ``bp`` of the flow and async events."""
+        n = len(rows)
+        ids = _array(access.get("id", events), n)
+        given = np.fromiter(access.has_id(events), bool, n)
+        bind_ids = _array(access.get("bind_id", events), n)
+        self.ids["id"].add(np.where(given, ids, None), self.n, rows)
+        self.ids["flow_id"].add(np.where(given, ids, bind_ids), self.n, rows)
+        self.ids["bp"].add(_array(access.get("bp", events), n), self.n, rows)
+
+    def _add_args(self, args: np.ndarray, access: _Access) -> None:
+        """The ``args`` keys tracediag reads."""
+        n = len(args)
+        types = _array(map(type, args), n)
+        with_args = np.flatnonzero(np.equal(types, access.args_type))
+        given = n - len(with_args) - int(np.equal(types, type(None)).sum())
+        if given:
+            _count(self.counts, "events whose args is not a JSON object: args ignored", given)
+        objects = args[with_args]
+        for key in NUMBER_ARGS:
+            numbers = np.full(n, np.nan)
+            numbers[with_args] = _numbers(_array(access.arg(key, objects), len(objects)))
+            self.numbers[key].append(numbers)
+        for key in VALUE_ARGS:
+            at = with_args
+            if key in META_ARGS:  # read from metadata events only
+                at = with_args[self.text["ph"].last_in(("M",))[with_args]]
+            values = _array(access.arg(key, args[at]), len(at))
+            self.values[key].add(values, self.n, at)
+
+    def finish(self, metadata: dict, rewritten: dict, drop_terminator: bool) -> EventColumns:
+        """The columns of everything added; ``drop_terminator`` drops a final ``{}`` event."""
+        dropped = 1 if drop_terminator and self.n else 0
+        n = self.n - dropped
+        cut = slice(0, n)
+        return EventColumns(
+            metadata=metadata,
+            text={k: c.finish()[cut] for k, c in self.text.items()},
+            ts=_joined(self.times["ts"], np.int64)[cut],
+            ts_ok=_joined(self.times["ts_ok"], bool)[cut],
+            dur=_joined(self.times["dur"], np.int64)[cut],
+            dur_ok=_joined(self.times["dur_ok"], bool)[cut],
+            ids={k: s.finish(n) for k, s in self.ids.items()},
+            args=ArgColumns(
+                {k: _joined(v, np.float64)[cut] for k, v in self.numbers.items()},
+                {k: s.finish(n) for k, s in self.values.items()},
+            ),
+            entries=self.entries - dropped,
+            rewritten=dict(rewritten),
+            counts=self.counts,
+        )
+
+
+class _TextColumn:
+    """A text column built piece by piece, numbered as :func:`categorical_text` numbers a whole
+    document: categories in order of first appearance, '' last unless a value is ''."""
+
+    def __init__(self) -> None:
+        self.codes: list[np.ndarray] = []
+        self.texts: list[list[str]] = []
+
+    def add(self, values: np.ndarray) -> None:
+        try:
+            codes, uniq = pd.factorize(values)
+        except TypeError:  # unhashable values (lists, objects) stand for themselves as text
+            as_text = pd.Series(values, dtype=object).astype(str).to_numpy(dtype=object)
+            codes, uniq = pd.factorize(as_text)
+        self.codes.append(codes)
+        self.texts.append([u if isinstance(u, str) else _number_text(u) for u in uniq])
+
+    def last_in(self, texts: tuple[str, ...]) -> np.ndarray:
+        """Whether each value of the last piece added is one of ``texts``."""
+        hit = np.array([t in texts for t in self.texts[-1]] + [False], dtype=bool)
+        return hit[self.codes[-1]]  # code -1 (missing) reads the final False
+
+    def finish(self) -> pd.Categorical:
+        """The whole column."""
+        sizes = [len(t) for t in self.texts]
+        all_texts = np.array([t for texts in self.texts for t in texts] + [""], dtype=object)
+        remap, categories = pd.factorize(all_texts)
+        missing = remap[-1]
+        offsets = np.cumsum([0, *sizes])[:-1]
+        codes = [
+            np.where(c < 0, missing, remap[np.maximum(c, 0) + off])
+            for c, off in zip(self.codes, offsets, strict=True)
+        ]
+        joined = np.concatenate(codes) if codes else np.zeros(0, dtype=np.int64)
+        return pd.Categorical.from_codes(joined, categories=pd.Index(categories, dtype=object))
+
+
+class _Sparse:
+    """Values of some events (where given, not None), by event position."""
+
+    def __init__(self) -> None:
+        self.pos: list[np.ndarray] = []
+        self.values: list[np.ndarray] = []
+
+    def add(self, values: np.ndarray, base: int, at: np.ndarray) -> None:
+        """Keep the ``values`` (of the events at positions ``at`` of this piece) that are given."""
+        keep = pd.notna(values)
+        self.pos.append(at[keep] + base)
+        self.values.append(values[keep])
+
+    def finish(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Positions (sorted) and values of the first ``n`` events."""
+        pos = _joined(self.pos, np.int64)
+        values = np.concatenate(self.values) if self.values else np.zeros(0, dtype=object)
+        inside = pos < n
+        return pos[inside], values[inside]
+
+
+def categorical_text(values: np.ndarray) -> pd.Categorical:
+    """Values as categorical text ('' when missing): pids, tids and names may be numbers."""
+    column = _TextColumn()
+    column.add(values)
+    return column.finish()
+
+
+def _number_text(v) -> str:
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def _objects_only(entries: list, kind: type, counts: dict[str, int]) -> list:
+    """The entries that are JSON objects; the others are counted."""
+    types = _array(map(type, entries), len(entries))
+    is_object = np.equal(types, kind)
+    if is_object.all():
+        return entries
+    _count(counts, "trace entries that are not JSON objects: skipped", int((~is_object).sum()))
+    return [e for e, ok in zip(entries, is_object, strict=True) if ok]
+
+
+def _numbers(values: np.ndarray) -> np.ndarray:
+    """Object values as float64 (NaN where absent or not a number), as pandas coerces them."""
+    return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(np.float64)
+
+
+def _array(values, n: int) -> np.ndarray:
+    """An object array from an iterator (``fromiter`` never mistakes a list value for a row)."""
+    return np.fromiter(values, dtype=object, count=n)
+
+
+def _joined(parts: list[np.ndarray], dtype) -> np.ndarray:
+    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+
+
+def _count(counts: dict[str, int], reason: str, n: int) -> None:
+    counts[reason] = counts.get(reason, 0) + n

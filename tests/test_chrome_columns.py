@@ -1,0 +1,151 @@
+"""The piecewise Chrome decoder equals the whole-document one, whatever the cuts meet."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tracediag.errors import TraceInputError
+from tracediag.parsers import chrome_chunks, chrome_json
+from tracediag.parsers.chrome_columns import EventColumns, read_columns, read_whole
+
+SAMPLES = Path(__file__).parents[1] / "sample_traces"
+
+
+def assert_same(a: EventColumns, b: EventColumns) -> None:
+    """Every column of two decodings equal (NaN equal to NaN), counts included."""
+    assert a.metadata == b.metadata
+    assert (a.entries, a.rewritten, a.counts) == (b.entries, b.rewritten, b.counts)
+    for key, col in a.text.items():
+        other = b.text[key]
+        assert list(col.categories) == list(other.categories), key
+        assert np.array_equal(col.codes, other.codes), key
+    for key in ("ts", "ts_ok", "dur", "dur_ok"):
+        assert np.array_equal(getattr(a, key), getattr(b, key)), key
+    for key, values in a.args.numbers.items():
+        assert np.array_equal(values, b.args.numbers[key], equal_nan=True), key
+    for mine, theirs in ((a.args.values, b.args.values), (a.ids, b.ids)):
+        for key, (pos, values) in mine.items():
+            assert np.array_equal(pos, theirs[key][0]), key
+            assert list(values) == list(theirs[key][1]), key
+
+
+def event(i: int, **extra) -> dict:
+    return {"ph": "X", "cat": "kernel", "name": f"k{i % 7}", "pid": 0, "tid": 7,
+            "ts": 1_700_000_000_000_000 + i * 10.125, "dur": 3.5,
+            "args": {"correlation": i, "External id": i + 1000}, **extra}  # fmt: skip
+
+
+TRICKY = [
+    event(0, args={"name": 'a "quoted" }, {"ph":"X"} string'}),
+    event(1, args={"nested": [{"a": 1}, {"b": [2, {"c": 3}]}], "correlation": 5}),
+    {"ph": "M", "name": "thread_name", "pid": 0, "tid": 7, "args": {"name": "stream 7"}},
+    {"ph": "s", "id": 4, "cat": "fwdbwd", "name": "f", "pid": 0, "tid": 7, "ts": 1.5},
+    {
+        "ph": "f",
+        "bind_id": 4,
+        "cat": "fwdbwd",
+        "name": "f",
+        "pid": 0,
+        "tid": 7,
+        "ts": 2.5,
+        "bp": "e",
+    },
+    {"ph": "b", "id": None, "cat": "async", "name": "a", "pid": 1, "tid": 1, "ts": 3},
+    {"ph": "e", "cat": "async", "name": "a", "pid": 1, "tid": 1, "ts": 4},
+    event(2, args=[1, 2]),
+    7,
+    event(3, pid="Spans", tid=1.0),
+    event(4, args={"Collective name": "allreduce", "In msg nelems": 4096, "Seq": "3"}),
+]
+
+
+def documents() -> dict[str, bytes]:
+    events = [event(i) for i in range(300)]
+    events[50:50] = TRICKY
+    docs = {
+        "one line": json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}).encode(),
+        "a line per event": (
+            b'{"schemaVersion": 1, "traceEvents": [\n'
+            + b",\n".join(json.dumps(e).encode() for e in events)
+            + b'\n], "after": [1, [2]], "deviceProperties": [{"id": 0}]}\n'
+        ),
+        "indented": json.dumps({"traceEvents": events}, indent=2).encode(),
+        "bare list": json.dumps(events).encode(),
+        "trace-viewer terminator": json.dumps({"traceEvents": [*events, {}]}).encode(),
+    }
+    for sample in sorted(SAMPLES.glob("chrome_*/chrome/*.json.gz"))[:2]:
+        docs[sample.parent.parent.name + "/" + sample.name] = gzip.decompress(sample.read_bytes())
+    return docs
+
+
+@pytest.mark.parametrize("name", list(documents()))
+@pytest.mark.parametrize("piece_bytes", [64, 997, 20_000])
+def test_pieces_decode_as_the_whole_document(name, piece_bytes):
+    data = documents()[name]
+    path = Path(name)
+    layout = chrome_chunks.split(data, piece_bytes)
+    assert layout is not None
+    if piece_bytes < 1000:
+        assert len(layout.pieces) > 5  # the cuts really happen
+    assert_same(read_columns(path, data, piece_bytes), read_whole(path, data))
+
+
+def test_misplaced_cuts_are_moved_on():
+    # Every event holds the cut pattern in a string and in a nested array of objects.
+    events = [event(i, args={"s": "}, {", "l": [{"a": i}, {"b": i}]}) for i in range(200)]
+    data = json.dumps({"traceEvents": events}).encode()
+    layout = chrome_chunks.split(data, 100)
+    assert layout is not None and len(layout.pieces) > 20
+    columns = read_columns(Path("t.json"), data, 100)
+    assert len(columns) == 200
+    assert_same(columns, read_whole(Path("t.json"), data))
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        b'{"meta": {"traceEvents": [{"ph": "X"}]}, "traceEvents": []}',  # nested key first
+        b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}], "x": NaN}',
+        b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1, "pid": 123456789012345678901}]}',
+        b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1},  ]}',
+        b"[1, 2",
+        b'{"traceEvents": {"ph": "X"}}',
+    ],
+)
+def test_documents_outside_the_plain_layout_give_the_whole_document_result(doc):
+    """Not split, or a piece the decoder refuses: the whole-document path answers, repairs and
+    error messages included."""
+    path = Path("odd.json")
+    try:
+        expected = read_whole(path, doc)
+    except TraceInputError as exc:
+        with pytest.raises(TraceInputError) as got:
+            read_columns(path, doc, 8)
+        assert str(got.value) == str(exc)
+    else:
+        assert_same(read_columns(path, doc, 8), expected)
+
+
+def test_terminator_is_dropped_only_when_last():
+    events = [event(i) for i in range(40)]
+    with_terminator = json.dumps({"traceEvents": [*events, {}]}).encode()
+    columns = read_columns(Path("t.json"), with_terminator, 200)
+    assert (len(columns), columns.entries) == (40, 40)
+    inner_empty = json.dumps({"traceEvents": [{}, *events]}).encode()
+    assert len(read_columns(Path("t.json"), inner_empty, 200)) == 41
+
+
+def test_reader_results_do_not_depend_on_piece_size(monkeypatch):
+    sample = sorted(SAMPLES.glob("chrome_*/chrome/*.json.gz"))[0]
+    whole = chrome_json.read(sample)[0]
+    monkeypatch.setattr("tracediag.parsers.chrome_columns._PIECE_BYTES", 4096)
+    assert len(chrome_chunks.split(gzip.decompress(sample.read_bytes()), 4096).pieces) > 10
+    pieces = chrome_json.read(sample)[0]
+    for a, b in ((whole.events, pieces.events), (whole.edges, pieces.edges)):
+        assert a.equals(b)
+    assert whole.meta.repairs == pieces.meta.repairs
