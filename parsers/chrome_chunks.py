@@ -1,19 +1,22 @@
-"""Split a Chrome trace document into its metadata and byte ranges of whole events.
+"""Read a Chrome trace document as its metadata and runs of whole events, a piece at a time.
 
 Decoding a 1M-event trace in one ``orjson.loads`` builds a dict per event: about nine times the
-JSON text in memory. Decoding it a few megabytes at a time keeps that to one piece's worth. The
-split needs no JSON scanner: a cut is put after ``},`` where the next ``{`` follows, and a cut in
-the wrong place (inside a string, or inside a nested array of objects) leaves the piece before it
-with an open string or bracket, which the decoder refuses; the caller then moves that cut on to
-the next candidate (:meth:`Split.merge_with_next`). Anything this module cannot place (no
-top-level ``traceEvents`` array, a damaged tail) returns None, and the caller decodes the whole
-document instead.
+JSON text in memory, on top of the text itself. :class:`Pieces` reads the document from a
+stream and hands out runs of whole events of about ``piece_bytes`` each, so that neither the
+text nor its decoded objects are ever held whole. The cuts need no JSON scanner: one is put
+after ``},`` where the next ``{`` follows, and a cut in the wrong place (inside a string, or
+inside a nested array of objects) leaves the piece before it with an open string or bracket,
+which the decoder refuses; the caller then joins that piece, the separator handed out with it
+and the next piece, and decodes again. A document this module cannot place (no top-level
+``traceEvents`` array, a damaged tail) raises :class:`NotPlain`, and the caller decodes the
+whole document instead.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Iterator
+from typing import BinaryIO
 
 import orjson
 
@@ -25,51 +28,73 @@ _LEADING_SPACE = re.compile(rb"[\xef\xbb\xbf \t\r\n]*")
 _EMPTY_OBJECT_AT_END = re.compile(rb"\{\s*\}\s*\Z")
 # How many ']' from the end are tried as the end of the event array before giving up.
 _MAX_END_CANDIDATES = 8
+# How far into the document "traceEvents" is looked for (Kineto puts kilobytes before it).
+_MAX_PREFIX_BYTES = 64 << 20
 
 
-@dataclass
-class Split:
-    """Where the events of a document lie: ``pieces`` are ``(start, end)`` byte ranges, each a
-    comma-separated run of whole events (decode ``b"[" + data[start:end] + b"]"``)."""
-
-    metadata: dict
-    pieces: list[tuple[int, int]]
-    ends_with_empty_object: bool  # trace-viewer JSON ends its events with a '{}' terminator
-
-    def merge_with_next(self, i: int) -> bool:
-        """Join piece ``i`` with the one after it (its cut was misplaced); False if it is last."""
-        if i + 1 >= len(self.pieces):
-            return False
-        self.pieces[i : i + 2] = [(self.pieces[i][0], self.pieces[i + 1][1])]
-        return True
+class NotPlain(Exception):
+    """The document is not in the layout :class:`Pieces` reads (decode it whole)."""
 
 
-def split(data: bytes, piece_bytes: int) -> Split | None:
-    """The metadata and event pieces of ``data``, or None where the layout is not the plain one.
+class Pieces:
+    """The runs of whole events of the document in ``stream`` (see the module docstring).
 
-    The event array ends at the last ``]`` after which the document's remaining keys and closing
-    brace make valid JSON with the prefix (a key's value after the array may hold ``]`` too; a
-    wrong choice leaves the last piece undecodable and the caller decodes the whole document).
+    Iterate for ``(run, separator)`` pairs: ``run`` is ``b"{...}, {...}"`` (decode
+    ``b"[" + run + b"]"``), ``separator`` the bytes between it and the next run (``b""`` after
+    the last). Afterwards ``metadata`` holds the document's other keys and
+    ``ends_with_empty_object`` whether the last event is the ``{}`` trace-viewer JSON ends with.
+    Raises :class:`NotPlain` while iterating.
     """
-    start = _LEADING_SPACE.match(data).end()
-    bare_list = data[start : start + 1] == b"["
-    if bare_list:
-        prefix_end, events_start = start, start + 1
-    else:
-        found = _TRACE_EVENTS.search(data)
-        if found is None or not _is_top_level_key(data[: found.end() - 1]):
-            return None
-        prefix_end, events_start = found.end() - 1, found.end()
-    pieces, tail_start = _cut(data, events_start, piece_bytes)
-    ends = _events_end(data, tail_start, data[:prefix_end], bare_list)
-    if ends is None:
-        return None
-    events_end, metadata = ends
-    if data[tail_start:events_end].strip():
-        pieces.append((tail_start, events_end))
-    elif pieces:  # the array ends in ',' + spaces: not JSON, left to the whole-document decoder
-        return None
-    return Split(metadata, pieces, bool(pieces) and _ends_with_empty_object(data, *pieces[-1]))
+
+    def __init__(self, stream: BinaryIO, piece_bytes: int) -> None:
+        self.stream = stream
+        self.piece_bytes = piece_bytes
+        self.metadata: dict = {}
+        self.ends_with_empty_object = False
+
+    def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
+        buf, prefix, bare_list = self._start()
+        eof = cut = False
+        while not eof:
+            block = self.stream.read(self.piece_bytes)
+            eof = not block
+            buf += block
+            pos = 0
+            while len(buf) - pos > 2 * self.piece_bytes:
+                found = _BETWEEN_EVENTS.search(buf, pos + self.piece_bytes)
+                if found is None:
+                    break
+                yield buf[pos : found.start() + 1], buf[found.start() + 1 : found.end()]
+                pos, cut = found.end(), True
+            buf = buf[pos:]
+        ends = _events_end(buf, prefix, bare_list)
+        if ends is None:
+            raise NotPlain
+        close, self.metadata = ends
+        last = buf[:close]
+        if last.strip():
+            self.ends_with_empty_object = _ends_with_empty_object(last)
+            yield last, b""
+        elif cut:  # the array ends in ', ]': not JSON
+            raise NotPlain
+
+    def _start(self) -> tuple[bytes, bytes, bool]:
+        """Read up to the event array: the bytes after its '[', what came before, bare list?"""
+        buf = b""
+        while True:
+            block = self.stream.read(self.piece_bytes)
+            buf += block
+            start = _LEADING_SPACE.match(buf).end()
+            if start < len(buf) and buf[start : start + 1] == b"[":
+                return buf[start + 1 :], b"", True
+            found = _TRACE_EVENTS.search(buf)
+            if found is not None:
+                prefix = buf[: found.end() - 1]
+                if not _is_top_level_key(prefix):
+                    raise NotPlain
+                return buf[found.end() :], prefix, False
+            if not block or len(buf) > _MAX_PREFIX_BYTES:
+                raise NotPlain
 
 
 def _is_top_level_key(prefix: bytes) -> bool:
@@ -80,42 +105,26 @@ def _is_top_level_key(prefix: bytes) -> bool:
         return False
 
 
-def _ends_with_empty_object(data: bytes, start: int, end: int) -> bool:
-    """Whether the run of events ``data[start:end]`` ends with the event ``{}``."""
-    window = max(start, end - 256)
-    found = _EMPTY_OBJECT_AT_END.search(data[window:end])
+def _ends_with_empty_object(text: bytes) -> bool:
+    """Whether the run of events ``text`` ends with the event ``{}``."""
+    window = max(0, len(text) - 256)
+    found = _EMPTY_OBJECT_AT_END.search(text, window)
     if found is None:
         return False
-    before = window + found.start()
-    while before > start and data[before - 1] in b" \t\r\n":
-        before -= 1
-    return before == start or data[before - 1] == ord(",")
+    before = len(text[: found.start()].rstrip())
+    return before == 0 or text[before - 1] == ord(",")
 
 
-def _cut(data: bytes, start: int, piece_bytes: int) -> tuple[list[tuple[int, int]], int]:
-    """Pieces of about ``piece_bytes`` from ``start``, each ending with an event's ``}``, and
-    where the rest of the array (the array's end with it) starts."""
-    pieces = []
-    pos = start
-    while len(data) - pos > 2 * piece_bytes:
-        found = _BETWEEN_EVENTS.search(data, pos + piece_bytes)
-        if found is None:
-            break
-        pieces.append((pos, found.start() + 1))
-        pos = found.end()
-    return pieces, pos
-
-
-def _events_end(
-    data: bytes, tail_start: int, prefix: bytes, bare_list: bool
-) -> tuple[int, dict] | None:
-    """Position of the ``]`` closing the event array, and the document's other keys."""
-    end = len(data)
+def _events_end(tail: bytes, prefix: bytes, bare_list: bool) -> tuple[int, dict] | None:
+    """Position in ``tail`` of the ``]`` closing the event array, and the document's other keys:
+    the last ``]`` after which the rest makes valid JSON with the prefix (a key's value after
+    the array may hold ``]`` too; a wrong choice leaves the last run undecodable)."""
+    end = len(tail)
     for _ in range(_MAX_END_CANDIDATES):
-        close = data.rfind(b"]", tail_start, end)
+        close = tail.rfind(b"]", 0, end)
         if close < 0:
             return None
-        rest = data[close + 1 :]
+        rest = tail[close + 1 :]
         if bare_list:
             return (close, {}) if not rest.strip() else None
         try:

@@ -1,12 +1,13 @@
 """Chrome trace events as columns, decoded a piece at a time, with no dict per event kept.
 
-The fast path splits the document (:mod:`chrome_chunks`) and decodes each piece with msgspec into
-small typed records holding only the keys tracediag reads (others are skipped while parsing, not
-built), turns the piece into columns and drops it: peak memory is the columns plus one piece,
-not a dict per event. Documents the fast path does not take (not the plain layout, NaN or
-integers beyond 64 bits, invalid JSON) go through :func:`chrome_decode.decode` whole, whose
-error messages and repairs are the reference; both paths end in the same :class:`EventColumns`,
-built by the same code from per-piece object arrays, so their results are identical.
+:func:`decode_run` decodes one run of events (:mod:`chrome_chunks` cuts them, :mod:`chrome_stream`
+schedules them) with msgspec into small typed records holding only the keys tracediag reads
+(others are skipped while parsing, not built), and turns it into columns at once: peak memory is
+the columns plus one piece, not a dict per event. Documents outside that path (not the plain
+layout, NaN or integers beyond 64 bits, invalid JSON) go through :func:`read_whole`, one
+:func:`chrome_decode.decode` whose error messages and repairs are the reference; both end in the
+same :class:`EventColumns`, built by the same code from per-piece object arrays, so their
+results are identical.
 
 Times: each piece's ``ts``/``dur`` go through :meth:`Decoded.times` with that piece's own bytes,
 exact to the ns as for a whole document. Text columns accumulate per piece as (codes, distinct
@@ -28,7 +29,6 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from tracediag.parsers import chrome_chunks
 from tracediag.parsers.chrome_decode import Decoded, count_huge_ints, decode, paused_gc
 
 # args keys read as numbers (float64, NaN where absent or not a number) ...
@@ -59,7 +59,6 @@ META_ARGS = ("name",)
 TEXT_KEYS = ("ph", "cat", "name", "pid", "tid")
 # Phases whose ``id``/``bind_id``/``bp`` are read: flows and async begin/end.
 ID_PHASES = ("s", "t", "f", "b", "e", "S", "F")
-_PIECE_BYTES = 4 << 20
 _ARG_FIELDS = {f"a{i}": key for i, key in enumerate(NUMBER_ARGS + VALUE_ARGS)}
 
 
@@ -84,6 +83,8 @@ _Event = msgspec.defstruct(
     ],
     gc=False,
 )
+# What infer_dtype says of object arrays holding only numbers (and None).
+_PLAIN_NUMBERS = ("integer", "floating", "mixed-integer-float", "empty")
 # Of flow and async events: ``id`` (async pairs), ``id`` else ``bind_id`` (flows), ``bp``.
 _ID_KEYS = ("id", "flow_id", "bp")
 _ATTR_OF = {key: attr for attr, key in _ARG_FIELDS.items()}
@@ -117,8 +118,8 @@ _DICTS = _Access(
 )
 
 
-class _Unfit(Exception):
-    """The document is not for the fast path (it is decoded whole instead)."""
+class Unfit(Exception):
+    """The document is not for the piecewise path (it is decoded whole instead)."""
 
 
 @dataclass
@@ -184,56 +185,38 @@ class EventColumns:
         return ArgColumns({}, self.ids).value(key, pos)
 
 
-def read_columns(path: Path, data: bytes, piece_bytes: int | None = None) -> EventColumns:
-    """The events of the Chrome trace document ``data`` (read from ``path``) as columns,
-    decoded ``piece_bytes`` (default :data:`_PIECE_BYTES`) at a time.
-
-    Raises :class:`TraceInputError` as :func:`chrome_decode.decode` does for unusable documents.
-    """
+def decode_run(path: Path, run: bytes) -> ColumnBuilder | None:
+    """The columns of one run of whole events (``b"{...}, {...}"``) of the document at ``path``,
+    as a builder of one piece; None when the run does not decode (a misplaced cut: the caller
+    joins it with the next run). Raises :class:`Unfit` for integers beyond 64 bits."""
+    text = b"".join((b"[", run, b"]"))
+    if count_huge_ints(text):
+        raise Unfit  # msgspec reads them exactly; the whole-document path counts them
     with paused_gc():
         try:
-            return _read_in_pieces(path, data, piece_bytes or _PIECE_BYTES)
-        except _Unfit:
-            return read_whole(path, data)
+            entries = _DECODER.decode(text)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        builder = ColumnBuilder()
+        builder.add_structs(Decoded(path, text, {}, entries))
+        return builder
 
 
 def read_whole(path: Path, data: bytes) -> EventColumns:
-    """:func:`read_columns` by one ``orjson.loads`` of the whole document (the reference path,
-    and the one for documents the piecewise path does not take)."""
+    """The trace's events as columns by one ``orjson.loads`` of the whole document (the
+    reference path, and the one for documents that cannot be read in pieces)."""
     with paused_gc():
         decoded = decode(path, data)
         if decoded.events and decoded.events[-1] == {}:
             decoded.events.pop()  # trace-viewer JSON's terminator: not an event
-        builder = _Builder()
+        builder = ColumnBuilder()
         builder.add_dicts(decoded)
         return builder.finish(decoded.metadata, decoded.rewritten, drop_terminator=False)
 
 
-def _read_in_pieces(path: Path, data: bytes, piece_bytes: int) -> EventColumns:
-    layout = chrome_chunks.split(data, piece_bytes)
-    if layout is None:
-        raise _Unfit
-    builder = _Builder()
-    i = 0
-    while i < len(layout.pieces):
-        start, end = layout.pieces[i]
-        text = b"".join((b"[", data[start:end], b"]"))
-        if count_huge_ints(text):
-            raise _Unfit  # msgspec reads them exactly; the whole-document path counts them
-        try:
-            entries = _DECODER.decode(text)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            if layout.merge_with_next(i):  # a cut inside a string or nested array: move it on
-                continue
-            raise _Unfit from None
-        builder.add_structs(Decoded(path, text, {}, entries))
-        del entries
-        i += 1
-    return builder.finish(layout.metadata, {}, drop_terminator=layout.ends_with_empty_object)
-
-
-class _Builder:
-    """Accumulates the columns of successive pieces of one document."""
+class ColumnBuilder:
+    """Accumulates the columns of successive pieces of one document (picklable: a helper
+    process returns the builder of its piece, :meth:`extend` appends it)."""
 
     def __init__(self) -> None:
         self.text = {k: _TextColumn() for k in TEXT_KEYS}
@@ -244,6 +227,23 @@ class _Builder:
         self.counts: dict[str, int] = {}
         self.n = 0  # objects added
         self.entries = 0  # entries added, objects or not
+
+    def extend(self, other: ColumnBuilder) -> None:
+        """Append the pieces of ``other`` (built from the runs that follow this one's)."""
+        for key, column in self.text.items():
+            column.codes += other.text[key].codes
+            column.texts += other.text[key].texts
+        for mine, theirs in ((self.times, other.times), (self.numbers, other.numbers)):
+            for key, parts in mine.items():
+                parts += theirs[key]
+        for mine, theirs in ((self.values, other.values), (self.ids, other.ids)):
+            for key, sparse in mine.items():
+                sparse.pos += [pos + self.n for pos in theirs[key].pos]
+                sparse.values += theirs[key].values
+        for reason, n in other.counts.items():
+            _count(self.counts, reason, n)
+        self.n += other.n
+        self.entries += other.entries
 
     def add_structs(self, piece: Decoded) -> None:
         """Add a piece decoded into ``_Event`` records (other JSON values are counted, skipped)."""
@@ -405,6 +405,8 @@ def _objects_only(entries: list, kind: type, counts: dict[str, int]) -> list:
 
 def _numbers(values: np.ndarray) -> np.ndarray:
     """Object values as float64 (NaN where absent or not a number), as pandas coerces them."""
+    if pd.api.types.infer_dtype(values, skipna=True) in _PLAIN_NUMBERS:
+        return values.astype(np.float64)  # None -> NaN; several times faster than to_numeric
     return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(np.float64)
 
 

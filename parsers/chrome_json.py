@@ -19,10 +19,11 @@ from tracediag import fileio
 from tracediag import schema as S
 from tracediag.builder import RankPart, sanitize_events
 from tracediag.errors import TraceInputError
+from tracediag.memory import release_free_memory
 from tracediag.parsers import kineto, kineto_layers
-from tracediag.parsers.chrome_columns import read_columns
 from tracediag.parsers.chrome_decode import paused_gc
 from tracediag.parsers.chrome_events import flow_edges, tabulate
+from tracediag.parsers.chrome_stream import read_columns
 from tracediag.parsers.kineto_collectives import collective_rows
 from tracediag.parsers.kineto_sync import sync_edges
 
@@ -61,7 +62,7 @@ def read(path: Path) -> list[RankPart]:
 def _read(path: Path) -> RankPart:
     # TensorFlow/JAX trace-viewer JSON ends traceEvents with an empty object: a terminator the
     # format's writers add, not an event (read_columns leaves it out, uncounted).
-    columns = read_columns(path, fileio.read_bytes(path))
+    columns = read_columns(path)
     meta = S.RankMeta(rank=0, sources=[str(path)], format=FORMAT)
     _rank_and_info(meta, columns.metadata, path)
     for reason, n in columns.rewritten.items():
@@ -70,23 +71,28 @@ def _read(path: Path) -> RankPart:
         raise TraceInputError(path, "trace has no events ('traceEvents' is empty)")
     # Kineto's ac2g flows repeat the launch correlation: launch edges carry them.
     table = tabulate(columns, skip_flows=("ac2g",))
+    args = columns.args
+    del columns  # the per-event text, times and flow ids: the slices hold what is kept
     for reason, n in table.counts.items():
         meta.count(reason, n)
-    slices = sanitize_events(table.slices, meta)
+    slices = table.slices = sanitize_events(table.slices, meta)
     if not len(slices):
         raise TraceInputError(path, "trace has no timed events (only metadata, counters or flows)")
-    rows = kineto.describe(slices, columns.args)
+    rows = kineto.describe(slices, args)
     kind = kineto.event_kinds(rows)
     launches, launcher = kineto.launch_edges(rows)
     op_row = kineto.launching_ops(rows, launcher)
-    op, step = kineto.op_names(rows, op_row), kineto.steps(rows, launcher)
+    step = kineto.steps(rows, launcher)
     layer = kineto_layers.layers(rows, launcher, op_row)
     edges = pd.concat(
         [launches, sync_edges(rows, kind), _flow_edges(table, slices, rows, launches, meta)],
         ignore_index=True,
     )
-    events = _events_frame(slices, rows, kind, op, step, layer, table.thread_names)
-    return RankPart(meta=meta, events=events, edges=edges, collectives=collective_rows(rows, kind))
+    events = _events_frame(slices, rows, kind, op_row, step, layer, table.thread_names)
+    part = RankPart(meta=meta, events=events, edges=edges, collectives=collective_rows(rows, kind))
+    del table, slices, rows, args
+    release_free_memory()  # the reader's temporaries, before the job is assembled from the part
+    return part
 
 
 def _rank_and_info(meta: S.RankMeta, info: dict, path: Path) -> None:
@@ -129,7 +135,9 @@ def _flow_edges(
     )
 
 
-def _events_frame(slices, rows: kineto.Rows, kind, op, step, layer, thread_names) -> pd.DataFrame:
+def _events_frame(
+    slices, rows: kineto.Rows, kind, op_row, step, layer, thread_names
+) -> pd.DataFrame:
     n = len(slices)
     bytes_ = np.full(n, np.nan)
     dma = np.flatnonzero(kind == "dma")
@@ -141,12 +149,12 @@ def _events_frame(slices, rows: kineto.Rows, kind, op, step, layer, thread_names
     frame = pd.DataFrame(
         {
             S.KIND: pd.Categorical(kind, categories=S.KINDS),
-            S.NAME: pd.Categorical(rows.name),
+            S.NAME: kineto.names_of(rows, np.arange(n)),
             S.TS: rows.ts,
             S.DUR: rows.end - rows.ts,
             S.BYTES: bytes_,
             S.LAYER: layer,
-            S.OP: pd.Categorical(op),
+            S.OP: kineto.names_of(rows, op_row),
             S.STEP: step,
             S.SRC_ID: src_id,
             **kineto.track_columns(rows, thread_names),

@@ -229,9 +229,16 @@ def launching_ops(rows: Rows, launcher: np.ndarray) -> np.ndarray:
     return op_row
 
 
-def op_names(rows: Rows, op_row: np.ndarray) -> np.ndarray:
-    """The name of each slice's launching op (None where there is none; see launching_ops)."""
-    return np.where(op_row >= 0, rows.name[np.maximum(op_row, 0)], None)
+def names_of(rows: Rows, at: np.ndarray) -> pd.Categorical:
+    """The names of the slices at rows ``at`` (missing where -1), as ``pd.Categorical`` of those
+    names would give them (the names used, sorted), built from codes: no string is hashed."""
+    codes = np.where(at >= 0, rows.name_codes[np.maximum(at, 0)], -1)
+    used = np.flatnonzero(np.bincount(codes[codes >= 0], minlength=len(rows.name_categories)))
+    names = rows.name_categories[used]
+    order = np.argsort(names.astype(str), kind="stable")
+    renumber = np.full(len(rows.name_categories) + 1, -1, dtype=np.int64)  # last: for -1
+    renumber[used[order]] = np.arange(len(used))
+    return pd.Categorical.from_codes(renumber[codes], categories=pd.Index(list(names[order])))
 
 
 def steps(rows: Rows, launcher: np.ndarray) -> np.ndarray:

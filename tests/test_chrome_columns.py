@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from pathlib import Path
 
@@ -11,7 +12,8 @@ import pytest
 
 from tracediag.errors import TraceInputError
 from tracediag.parsers import chrome_chunks, chrome_json
-from tracediag.parsers.chrome_columns import EventColumns, read_columns, read_whole
+from tracediag.parsers.chrome_columns import EventColumns, read_whole
+from tracediag.parsers.chrome_stream import read_columns
 
 SAMPLES = Path(__file__).parents[1] / "sample_traces"
 
@@ -32,6 +34,10 @@ def assert_same(a: EventColumns, b: EventColumns) -> None:
         for key, (pos, values) in mine.items():
             assert np.array_equal(pos, theirs[key][0]), key
             assert list(values) == list(theirs[key][1]), key
+
+
+def runs(data: bytes, piece_bytes: int) -> list[bytes]:
+    return list(chrome_chunks.Pieces(io.BytesIO(data), piece_bytes))
 
 
 def event(i: int, **extra) -> dict:
@@ -88,19 +94,19 @@ def documents() -> dict[str, bytes]:
 def test_pieces_decode_as_the_whole_document(name, piece_bytes):
     data = documents()[name]
     path = Path(name)
-    layout = chrome_chunks.split(data, piece_bytes)
-    assert layout is not None
     if piece_bytes < 1000:
-        assert len(layout.pieces) > 5  # the cuts really happen
+        assert len(runs(data, piece_bytes)) > 5  # the cuts really happen
     assert_same(read_columns(path, data, piece_bytes), read_whole(path, data))
+    if "/" in name:  # from the file itself, streamed
+        sample = SAMPLES / name.split("/")[0] / "chrome" / name.split("/")[1]
+        assert_same(read_columns(sample, None, piece_bytes), read_whole(path, data))
 
 
 def test_misplaced_cuts_are_moved_on():
     # Every event holds the cut pattern in a string and in a nested array of objects.
     events = [event(i, args={"s": "}, {", "l": [{"a": i}, {"b": i}]}) for i in range(200)]
     data = json.dumps({"traceEvents": events}).encode()
-    layout = chrome_chunks.split(data, 100)
-    assert layout is not None and len(layout.pieces) > 20
+    assert len(runs(data, 100)) > 20
     columns = read_columns(Path("t.json"), data, 100)
     assert len(columns) == 200
     assert_same(columns, read_whole(Path("t.json"), data))
@@ -143,9 +149,25 @@ def test_terminator_is_dropped_only_when_last():
 def test_reader_results_do_not_depend_on_piece_size(monkeypatch):
     sample = sorted(SAMPLES.glob("chrome_*/chrome/*.json.gz"))[0]
     whole = chrome_json.read(sample)[0]
-    monkeypatch.setattr("tracediag.parsers.chrome_columns._PIECE_BYTES", 4096)
-    assert len(chrome_chunks.split(gzip.decompress(sample.read_bytes()), 4096).pieces) > 10
+    monkeypatch.setattr("tracediag.parsers.chrome_stream._PIECE_BYTES", 4096)
+    assert len(runs(gzip.decompress(sample.read_bytes()), 4096)) > 10
     pieces = chrome_json.read(sample)[0]
     for a, b in ((whole.events, pieces.events), (whole.edges, pieces.edges)):
         assert a.equals(b)
     assert whole.meta.repairs == pieces.meta.repairs
+
+
+@pytest.mark.parametrize("name", ["a line per event", "trace-viewer terminator"])
+def test_a_helper_process_decoding_pieces_changes_nothing(name, monkeypatch):
+    """With a helper process (as the loader allows by --jobs) pieces are decoded in two
+    processes and appended in order: same columns as the whole document."""
+    monkeypatch.setattr("tracediag.parallel.helper_processes", lambda: 1)
+    data = documents()[name]
+    assert_same(read_columns(Path(name), data, 512), read_whole(Path(name), data))
+
+
+def test_misplaced_cuts_are_joined_when_a_helper_decodes_too(monkeypatch):
+    monkeypatch.setattr("tracediag.parallel.helper_processes", lambda: 1)
+    events = [event(i, args={"s": "}, {", "l": [{"a": i}, {"b": i}]}) for i in range(300)]
+    data = json.dumps({"traceEvents": events}).encode()
+    assert_same(read_columns(Path("t.json"), data, 300), read_whole(Path("t.json"), data))

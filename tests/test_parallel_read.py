@@ -128,9 +128,9 @@ def test_profiles_numbered_by_directory_order_are_read_whole(tmp_path):
 
 def test_the_start_method_avoids_forking_a_threaded_process(monkeypatch):
     monkeypatch.setattr(parallel.threading, "active_count", lambda: 1)
-    assert parallel._start_context().get_start_method() == "fork"
+    assert parallel.start_context().get_start_method() == "fork"
     monkeypatch.setattr(parallel.threading, "active_count", lambda: 3)  # e.g. the TUI's loader
-    assert parallel._start_context().get_start_method() == "forkserver"
+    assert parallel.start_context().get_start_method() == "forkserver"
 
 
 # ---- Dask -----------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import zlib
 from pathlib import Path
+from typing import BinaryIO
 
 from tracediag.errors import TraceInputError
 
@@ -44,14 +45,17 @@ def sniff_head(path: Path, n: int) -> bytes:
             return b""
 
 
+def open_content(path: Path) -> BinaryIO:
+    """The content as a binary stream, decompressed when it is gzip (reading may raise
+    ``OSError``, ``EOFError`` or ``zlib.error`` on damage: :func:`read_bytes` says which)."""
+    return gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
+
+
 def read_bytes(path: Path) -> bytes:
     """The whole content, decompressed when it is gzip; truncated or corrupt gzip is an error."""
     try:
-        if is_gzip(path):
-            with gzip.open(path, "rb") as f:
-                data = f.read()
-        else:
-            data = Path(path).read_bytes()
+        with open_content(path) as f:
+            data = f.read()
     except EOFError:
         raise TraceInputError(
             path, "truncated gzip stream (file ends before the end of the data)"

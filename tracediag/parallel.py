@@ -19,6 +19,7 @@ Errors keep the serial path's form: the first failing unit in input order raises
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 import multiprocessing
 import os
@@ -38,6 +39,8 @@ from tracediag.errors import TraceInputError, UsageError
 POOL_MIN_BYTES = 16 << 20
 #: Seconds to wait for a Dask scheduler before saying it is unreachable.
 CONNECT_TIMEOUT_S = 5
+# Extra processes the reader of the file being read in this process may start.
+_HELPERS: contextvars.ContextVar[int] = contextvars.ContextVar("reader_helpers", default=0)
 
 
 @dataclass
@@ -164,7 +167,9 @@ def _read_units(
                 say(f"reading {path} ({reader.FORMAT})")
                 announced.add(unit.entry)
             if results[i] is None:
-                results[i] = _outcome(pending.get(i), unit, remote=scheduler is not None, root=root)
+                results[i] = _outcome(
+                    pending.get(i), unit, remote=scheduler is not None, root=root, jobs=jobs
+                )
             per_entry[unit.entry] += results[i]
             if i == last_unit[unit.entry] and not per_entry[unit.entry]:
                 raise TraceInputError(found[unit.entry][0], "no events")
@@ -200,7 +205,7 @@ def _dispatch(
     workers = min(len(misses), jobs or os.cpu_count() or 1)
     if workers < 2 or (jobs is None and _input_bytes(units, misses) < POOL_MIN_BYTES):
         return {}
-    pool = ProcessPoolExecutor(workers, mp_context=_start_context())
+    pool = ProcessPoolExecutor(workers, mp_context=start_context())
     futures = {i: pool.submit(read_unit, *_worker_args(units[i], root)) for i in misses}
     pool.shutdown(wait=False)  # workers exit once the submitted reads are done
     return futures
@@ -217,10 +222,23 @@ def _worker_args(unit: Unit, root: Path | None) -> tuple:
     )
 
 
-def _outcome(fut: Future | None, unit: Unit, *, remote: bool, root: Path | None) -> list:
+def helper_processes() -> int:
+    """How many processes a reader may start to share the work of one file: what ``jobs``
+    leaves over while files are read one at a time in this process; 0 elsewhere (in pool
+    workers, and for readers called directly)."""
+    return _HELPERS.get()
+
+
+def _outcome(
+    fut: Future | None, unit: Unit, *, remote: bool, root: Path | None, jobs: int | None
+) -> list:
     """A unit's parts: awaited from its future, or read here when it has none."""
     if fut is None:
-        parts = unit.reader.read(unit.path)
+        token = _HELPERS.set(max(0, (jobs or os.cpu_count() or 1) - 1))
+        try:
+            parts = unit.reader.read(unit.path)
+        finally:
+            _HELPERS.reset(token)
         if unit.key is not None:
             cache.store_parts(unit.key, parts, root)
         return parts
@@ -259,7 +277,7 @@ def _dask_client(address: str):
         raise UsageError(f"--scheduler {address}: cannot connect: {reason}") from None
 
 
-def _start_context():
+def start_context():
     """``fork`` (workers start in milliseconds) unless other threads run, as in the TUI, where
     a forked child could inherit a lock another thread holds; then a preloaded forkserver."""
     methods = multiprocessing.get_all_start_methods()

@@ -1,0 +1,128 @@
+"""Read a Chrome trace's events as columns, a piece at a time, sharing pieces with a helper.
+
+The document is streamed from the file (:class:`chrome_chunks.Pieces`), never held whole, and
+every run of events is decoded to columns (:func:`chrome_columns.decode_run`). Decoding is most
+of a big trace's reading time and pieces are independent, so when the loader allows it
+(:func:`tracediag.parallel.helper_processes`, from ``--jobs``) a process pool takes part of them:
+runs go to it while it has fewer than two in hand, the rest are decoded here, and the results
+are appended in document order. A run that does not decode (a cut inside a string) is joined
+with the next one and decoded again here. Anything the piecewise path cannot take is read whole
+(:func:`chrome_columns.read_whole`), which also words the errors.
+"""
+
+from __future__ import annotations
+
+import io
+import zlib
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from tracediag import fileio, parallel
+from tracediag.memory import release_free_memory
+from tracediag.parsers import chrome_chunks
+from tracediag.parsers.chrome_columns import (
+    ColumnBuilder,
+    EventColumns,
+    Unfit,
+    decode_run,
+    read_whole,
+)
+
+_PIECE_BYTES = 4 << 20
+# Helpers start once this many runs were seen: a small trace is not worth a process.
+_POOL_AFTER_RUNS = 3
+# Runs waiting for their result before this process waits for the oldest.
+_MAX_WAITING = 6
+
+
+@dataclass
+class _Slot:
+    """A run handed out, with the separator after it and its result (a future while a helper
+    decodes it; None when it did not decode)."""
+
+    run: bytes
+    separator: bytes
+    result: Future | ColumnBuilder | None
+
+
+def read_columns(
+    path: Path, data: bytes | None = None, piece_bytes: int | None = None
+) -> EventColumns:
+    """The events of the Chrome trace at ``path`` (or of its content ``data``) as columns,
+    decoded ``piece_bytes`` (default 4 MiB) at a time.
+
+    Raises :class:`TraceInputError` as :func:`chrome_decode.decode` does for unusable documents.
+    """
+    helpers = parallel.helper_processes()
+    try:
+        with _open(path, data) as stream:
+            return _read_in_pieces(path, stream, piece_bytes or _PIECE_BYTES, helpers)
+    except (Unfit, chrome_chunks.NotPlain, OSError, EOFError, zlib.error):
+        pass  # the whole-document path reads again and says what is wrong, if anything
+    return read_whole(path, fileio.read_bytes(path) if data is None else data)
+
+
+def _open(path: Path, data: bytes | None) -> BinaryIO:
+    return io.BytesIO(data) if data is not None else fileio.open_content(path)
+
+
+def _read_in_pieces(path: Path, stream: BinaryIO, piece_bytes: int, helpers: int) -> EventColumns:
+    pieces = chrome_chunks.Pieces(stream, piece_bytes)
+    builder = ColumnBuilder()
+    waiting: deque[_Slot] = deque()
+    pool: ProcessPoolExecutor | None = None
+    try:
+        for i, (run, separator) in enumerate(pieces):
+            if helpers and pool is None and i >= _POOL_AFTER_RUNS:
+                pool = ProcessPoolExecutor(helpers, mp_context=parallel.start_context())
+            result = None
+            if pool is not None and _in_hand(waiting) < 2 * helpers:
+                try:
+                    result = pool.submit(decode_run, path, run)
+                except BrokenProcessPool:  # a helper died: the rest is decoded here
+                    helpers = 0
+            if result is None:
+                result = decode_run(path, run)
+            waiting.append(_Slot(run, separator, result))
+            _append_ready(waiting, builder, path, final=False)
+        _append_ready(waiting, builder, path, final=True)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    columns = builder.finish(pieces.metadata, {}, drop_terminator=pieces.ends_with_empty_object)
+    del builder
+    release_free_memory()  # the pieces' arrays, copied into the joined columns
+    return columns
+
+
+def _in_hand(waiting: deque[_Slot]) -> int:
+    return sum(isinstance(s.result, Future) and not s.result.done() for s in waiting)
+
+
+def _append_ready(waiting: deque[_Slot], builder: ColumnBuilder, path: Path, final: bool) -> None:
+    """Append the oldest runs' columns while they are ready (all of them when ``final``)."""
+    while waiting:
+        head = waiting[0]
+        if isinstance(head.result, Future):
+            if not (final or head.result.done() or len(waiting) > _MAX_WAITING):
+                return
+            try:
+                head.result = head.result.result()
+            except BrokenProcessPool:  # the helper died (memory?): decode the run here
+                head.result = decode_run(path, head.run)
+        if head.result is None:  # a cut inside a string or nested array: join the next run
+            if len(waiting) < 2:
+                if final:
+                    raise Unfit
+                return
+            waiting.popleft()
+            after = waiting.popleft()
+            joined = head.run + head.separator + after.run
+            waiting.appendleft(_Slot(joined, after.separator, decode_run(path, joined)))
+            continue
+        builder.extend(head.result)
+        waiting.popleft()
