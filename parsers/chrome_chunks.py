@@ -39,9 +39,9 @@ class NotPlain(Exception):
 class Pieces:
     """The runs of whole events of the document in ``stream`` (see the module docstring).
 
-    Iterate for ``(run, separator)`` pairs: ``run`` is ``b"{...}, {...}"`` (decode
-    ``b"[" + run + b"]"``), ``separator`` the bytes between it and the next run (``b""`` after
-    the last). Afterwards ``metadata`` holds the document's other keys and
+    Iterate for ``(run, separator)`` pairs: ``run`` is ``b"[{...}, {...}]"``, a JSON array of
+    whole events, and ``separator`` the bytes between its last event and the next run's first
+    (``b""`` after the last run; see :func:`join_runs`). Afterwards ``metadata`` holds the document's other keys and
     ``ends_with_empty_object`` whether the last event is the ``{}`` trace-viewer JSON ends with.
     Raises :class:`NotPlain` while iterating.
     """
@@ -53,7 +53,8 @@ class Pieces:
         self.ends_with_empty_object = False
 
     def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
-        buf, prefix, bare_list = self._start()
+        start, prefix, bare_list = self._start()
+        buf = bytearray(start)  # grows at the end, consumed at the front: no copy of the rest
         eof = cut = False
         while not eof:
             block = self.stream.read(self.piece_bytes)
@@ -64,15 +65,18 @@ class Pieces:
                 found = _BETWEEN_EVENTS.search(buf, pos + self.piece_bytes)
                 if found is None:
                     break
-                yield buf[pos : found.start() + 1], buf[found.start() + 1 : found.end()]
+                yield (
+                    _bracketed(buf, pos, found.start() + 1),
+                    bytes(buf[found.start() + 1 : found.end()]),
+                )
                 pos, cut = found.end(), True
-            buf = buf[pos:]
-        ends = _events_end(buf, prefix, bare_list)
+            del buf[:pos]
+        ends = _events_end(bytes(buf), prefix, bare_list)
         if ends is None:
             raise NotPlain
         close, self.metadata = ends
-        last = buf[:close]
-        if last.strip():
+        if buf[:close].strip():
+            last = _bracketed(buf, 0, close)
             self.ends_with_empty_object = _ends_with_empty_object(last)
             yield last, b""
         elif cut:  # the array ends in ', ]': not JSON
@@ -97,6 +101,17 @@ class Pieces:
                 raise NotPlain
 
 
+def join_runs(first: bytes, separator: bytes, second: bytes) -> bytes:
+    """One run of the events of two consecutive runs (``separator``: what came between)."""
+    return b"".join((first[:-1], separator, second[1:]))
+
+
+def _bracketed(buf: bytearray, start: int, end: int) -> bytes:
+    """``buf[start:end]`` between '[' and ']', copied once."""
+    with memoryview(buf) as view:
+        return b"".join((b"[", view[start:end], b"]"))
+
+
 def _is_top_level_key(prefix: bytes) -> bool:
     """Whether the ``"traceEvents":`` ending ``prefix`` is a key of the top-level object."""
     try:
@@ -105,8 +120,9 @@ def _is_top_level_key(prefix: bytes) -> bool:
         return False
 
 
-def _ends_with_empty_object(text: bytes) -> bool:
-    """Whether the run of events ``text`` ends with the event ``{}``."""
+def _ends_with_empty_object(run: bytes) -> bool:
+    """Whether the run of events ``run`` (``[...]``) ends with the event ``{}``."""
+    text = run[1:-1]
     window = max(0, len(text) - 256)
     found = _EMPTY_OBJECT_AT_END.search(text, window)
     if found is None:

@@ -185,11 +185,10 @@ class EventColumns:
         return ArgColumns({}, self.ids).value(key, pos)
 
 
-def decode_run(path: Path, run: bytes) -> ColumnBuilder | None:
-    """The columns of one run of whole events (``b"{...}, {...}"``) of the document at ``path``,
-    as a builder of one piece; None when the run does not decode (a misplaced cut: the caller
-    joins it with the next run). Raises :class:`Unfit` for integers beyond 64 bits."""
-    text = b"".join((b"[", run, b"]"))
+def decode_run(path: Path, text: bytes) -> ColumnBuilder | None:
+    """The columns of one run of whole events (``b"[{...}, {...}]"``) of the document at
+    ``path``, as a builder of one piece; None when the run does not decode (a misplaced cut: the
+    caller joins it with the next run). Raises :class:`Unfit` for integers beyond 64 bits."""
     if count_huge_ints(text):
         raise Unfit  # msgspec reads them exactly; the whole-document path counts them
     with paused_gc():

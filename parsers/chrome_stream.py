@@ -121,7 +121,7 @@ def _append_ready(waiting: deque[_Slot], builder: ColumnBuilder, path: Path, fin
                 return
             waiting.popleft()
             after = waiting.popleft()
-            joined = head.run + head.separator + after.run
+            joined = chrome_chunks.join_runs(head.run, head.separator, after.run)
             waiting.appendleft(_Slot(joined, after.separator, decode_run(path, joined)))
             continue
         builder.extend(head.result)
