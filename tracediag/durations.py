@@ -24,24 +24,44 @@ MAX_ROWS = 500
 
 
 def _device_events(trace: S.Trace, column: str, fallback: str | None = None) -> pd.DataFrame:
-    """Device events keyed by ``column`` (by ``fallback`` where ``column`` is empty)."""
+    """Device events keyed by ``column`` (by ``fallback`` where ``column`` is empty).
+
+    ``key`` is an integer code into ``frame.attrs["labels"]`` (the texts, one per key), so the
+    groupings run on integers, not on a string per event.
+    """
     ev = trace.events
     if not len(ev) or (column not in ev and fallback is None):
-        return pd.DataFrame(columns=["key", "rank", "kind", "dur"])
-    key = ev[column].astype(object).to_numpy() if column in ev else np.full(len(ev), None)
-    if fallback is not None:
-        key = np.where(pd.notna(key) & (key != ""), key, ev[fallback].astype(object).to_numpy())
+        empty = pd.DataFrame(columns=["key", "rank", "kind", "dur"])
+        empty.attrs["labels"] = np.zeros(0, dtype=object)
+        return empty
+    columns = [c for c in (column, fallback) if c is not None and c in ev]
+    coded = [_text_codes(ev[c]) for c in columns]
+    labels, unified = pd.factorize(np.concatenate([texts for _, texts in coded]))
+    key = np.full(len(ev), -1, dtype=np.int64)
+    offset = 0
+    for codes, texts in coded:  # the first column that names an event wins
+        named = np.append(texts != "", False)[codes]  # code -1 (missing) is not named
+        fill = (key < 0) & named
+        key[fill] = labels[offset + codes[fill]]
+        offset += len(texts)
     kind = S.strings(ev[S.KIND])
-    named = pd.notna(key) & (key != "")
-    keep = named & np.isin(kind, DEVICE_KINDS)
-    return pd.DataFrame(
+    keep = (key >= 0) & np.isin(kind, DEVICE_KINDS)
+    frame = pd.DataFrame(
         {
-            "key": key[keep].astype(str),
+            "key": key[keep],
             "rank": ev[S.RANK].to_numpy()[keep],
             "kind": kind[keep],
             "dur": ev[S.DUR].to_numpy()[keep].astype(np.float64),
         }
     )
+    frame.attrs["labels"] = np.asarray(unified, dtype=object)
+    return frame
+
+
+def _text_codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Per row a code into the returned texts (-1 where missing); categories as text."""
+    codes, uniques = pd.factorize(col)
+    return codes, np.asarray([str(u) for u in uniques], dtype=object)
 
 
 def _stats(frame: pd.DataFrame, key: str) -> pd.DataFrame:
@@ -57,10 +77,12 @@ def _stats(frame: pd.DataFrame, key: str) -> pd.DataFrame:
     return out.sort_values(["total_ns", "count"], ascending=False, kind="stable").head(MAX_ROWS)
 
 
-def _rows(stats: pd.DataFrame, name: str, extra: pd.DataFrame | None = None) -> list[dict]:
+def _rows(
+    stats: pd.DataFrame, name: str, labels: np.ndarray, extra: pd.DataFrame | None = None
+) -> list[dict]:
     rows = []
     for key, r in stats.iterrows():  # at most MAX_ROWS rows, not events
-        row = {name: str(key)}
+        row = {name: str(labels[key])}
         if extra is not None:
             row["kind"] = str(extra.at[key, "kind"])
         row.update(
@@ -81,7 +103,7 @@ def op_durations(trace: S.Trace) -> list[dict]:
     if not len(ev):
         return []
     kinds = ev.groupby("key", sort=False)[["kind"]].first()
-    return _rows(_stats(ev.rename(columns={"key": "op"}), "op"), "op", kinds)
+    return _rows(_stats(ev.rename(columns={"key": "op"}), "op"), "op", ev.attrs["labels"], kinds)
 
 
 def layer_durations(trace: S.Trace) -> list[dict]:
@@ -90,4 +112,5 @@ def layer_durations(trace: S.Trace) -> list[dict]:
     if not len(ev):
         return []
     per_rank = ev.groupby(["key", "rank"], sort=False)["dur"].sum().reset_index()
-    return _rows(_stats(per_rank.rename(columns={"key": "layer"}), "layer"), "layer")
+    stats = _stats(per_rank.rename(columns={"key": "layer"}), "layer")
+    return _rows(stats, "layer", ev.attrs["labels"])
