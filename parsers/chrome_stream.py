@@ -2,10 +2,11 @@
 
 The document is streamed from the file (:class:`chrome_chunks.Pieces`), never held whole, and
 every run of events is decoded to columns (:func:`chrome_columns.decode_run`). Decoding is most
-of a big trace's reading time and pieces are independent, so when the loader allows it
-(:func:`tracediag.parallel.helper_processes`, from ``--jobs``) a process pool takes part of them:
-runs go to it while it has fewer than two in hand, the rest are decoded here, and the results
-are appended in document order. A run that does not decode (a cut inside a string) is joined
+of a big trace's reading time and pieces are independent, so when the loader allows two or more
+processes (:func:`tracediag.parallel.helper_processes`, from ``--jobs``) a pool of that many
+decodes them: runs go to it while each helper has fewer than three in hand (this process,
+which streams the file and joins the results, decodes a run itself only when they are all
+busy), and the results are appended in document order. A run that does not decode (a cut inside a string) is joined
 with the next one and decoded again here. Anything the piecewise path cannot take is read whole
 (:func:`chrome_columns.read_whole`), which also words the errors.
 """
@@ -34,7 +35,10 @@ from tracediag.parsers.chrome_columns import (
 
 _PIECE_BYTES = 4 << 20
 # Helpers start once this many runs were seen: a small trace is not worth a process.
-_POOL_AFTER_RUNS = 3
+_POOL_AFTER_RUNS = 2
+# Runs a helper holds at most (queued or decoding): enough that it never waits for this
+# process, which also streams the file and joins the results.
+_IN_HAND_PER_HELPER = 3
 # Runs waiting for their result before this process waits for the oldest.
 _MAX_WAITING = 6
 
@@ -77,14 +81,15 @@ def _read_in_pieces(path: Path, stream: BinaryIO, piece_bytes: int, helpers: int
     pool: ProcessPoolExecutor | None = None
     try:
         for i, (run, separator) in enumerate(pieces):
-            if helpers and pool is None and i >= _POOL_AFTER_RUNS:
+            if helpers > 1 and pool is None and i >= _POOL_AFTER_RUNS:
                 pool = ProcessPoolExecutor(helpers, mp_context=parallel.start_context())
             result = None
-            if pool is not None and _in_hand(waiting) < 2 * helpers:
+            if pool is not None and _in_hand(waiting) < _IN_HAND_PER_HELPER * helpers:
                 try:
                     result = pool.submit(decode_run, path, run)
                 except BrokenProcessPool:  # a helper died: the rest is decoded here
-                    helpers = 0
+                    pool.shutdown(wait=False)
+                    pool, helpers = None, 0
             if result is None:
                 result = decode_run(path, run)
             waiting.append(_Slot(run, separator, result))

@@ -158,16 +158,16 @@ def test_reader_results_do_not_depend_on_piece_size(monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["a line per event", "trace-viewer terminator"])
-def test_a_helper_process_decoding_pieces_changes_nothing(name, monkeypatch):
-    """With a helper process (as the loader allows by --jobs) pieces are decoded in two
-    processes and appended in order: same columns as the whole document."""
-    monkeypatch.setattr("tracediag.parallel.helper_processes", lambda: 1)
+def test_helper_processes_decoding_pieces_change_nothing(name, monkeypatch):
+    """With two helper processes (as the loader allows by --jobs) the pieces are decoded by
+    them and appended in order: same columns as the whole document."""
+    monkeypatch.setattr("tracediag.parallel.helper_processes", lambda: 2)
     data = documents()[name]
     assert_same(read_columns(Path(name), data, 512), read_whole(Path(name), data))
 
 
 def test_misplaced_cuts_are_joined_when_a_helper_decodes_too(monkeypatch):
-    monkeypatch.setattr("tracediag.parallel.helper_processes", lambda: 1)
+    monkeypatch.setattr("tracediag.parallel.helper_processes", lambda: 2)
     events = [event(i, args={"s": "}, {", "l": [{"a": i}, {"b": i}]}) for i in range(300)]
     data = json.dumps({"traceEvents": events}).encode()
     assert_same(read_columns(Path("t.json"), data, 300), read_whole(Path("t.json"), data))

@@ -39,7 +39,7 @@ from tracediag.errors import TraceInputError, UsageError
 POOL_MIN_BYTES = 16 << 20
 #: Seconds to wait for a Dask scheduler before saying it is unreachable.
 CONNECT_TIMEOUT_S = 5
-# Extra processes the reader of the file being read in this process may start.
+# Processes the reader of the file being read in this process may start (helper_processes).
 _HELPERS: contextvars.ContextVar[int] = contextvars.ContextVar("reader_helpers", default=0)
 
 
@@ -223,9 +223,9 @@ def _worker_args(unit: Unit, root: Path | None) -> tuple:
 
 
 def helper_processes() -> int:
-    """How many processes a reader may start to share the work of one file: what ``jobs``
-    leaves over while files are read one at a time in this process; 0 elsewhere (in pool
-    workers, and for readers called directly)."""
+    """How many processes a reader may start to share the work of one file: ``jobs`` (or the
+    CPU count) while files are read one at a time in this process; 0 elsewhere (in pool
+    workers, and for readers called directly). Below 2 a reader works alone."""
     return _HELPERS.get()
 
 
@@ -234,7 +234,7 @@ def _outcome(
 ) -> list:
     """A unit's parts: awaited from its future, or read here when it has none."""
     if fut is None:
-        token = _HELPERS.set(max(0, (jobs or os.cpu_count() or 1) - 1))
+        token = _HELPERS.set(jobs or os.cpu_count() or 1)
         try:
             parts = unit.reader.read(unit.path)
         finally:
