@@ -171,3 +171,26 @@ def test_misplaced_cuts_are_joined_when_a_helper_decodes_too(monkeypatch):
     events = [event(i, args={"s": "}, {", "l": [{"a": i}, {"b": i}]}) for i in range(300)]
     data = json.dumps({"traceEvents": events}).encode()
     assert_same(read_columns(Path("t.json"), data, 300), read_whole(Path("t.json"), data))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_damaged_documents_read_in_pieces_as_whole(seed):
+    """Truncations and flipped bytes anywhere in a multi-piece document: the piecewise read
+    gives exactly the whole-document outcome (its columns, or its error line)."""
+    rng = np.random.default_rng(seed)
+    data = bytearray(documents()["a line per event"])
+    for _ in range(int(rng.integers(1, 4))):
+        at = int(rng.integers(0, len(data)))
+        if rng.random() < 0.3:
+            del data[at:]
+        else:
+            data[at] = int(rng.choice(list(b'{}[],:"\\0 x\n')))
+    doc, path = bytes(data), Path("damaged.json")
+    try:
+        expected = read_whole(path, doc)
+    except TraceInputError as exc:
+        with pytest.raises(TraceInputError) as got:
+            read_columns(path, doc, 700)
+        assert str(got.value) == str(exc)
+    else:
+        assert_same(read_columns(path, doc, 700), expected)
