@@ -12,7 +12,7 @@ memory-mapped on load) and a pickled manifest with the exact pandas dtypes (cate
 included) and the objects beside the frames (:class:`~tracediag.schema.RankMeta`, inputs).
 Entries are written into a temporary directory and renamed into place, so no reader sees half
 an entry; an unreadable entry is removed and rewritten. No failure of the cache ever reaches
-the user.
+the user. The cache keeps within ``$TRACEDIAG_CACHE_MAX_GB`` (:mod:`tracediag.cache_limits`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from tracediag import __version__
+from tracediag import __version__, cache_limits
 from tracediag import schema as S
 from tracediag.builder import RankPart
 
@@ -132,6 +132,7 @@ def _load(key: str, cls: type, root: Path | None) -> list | None:
     try:
         with open(entry / _MANIFEST, "rb") as f:
             manifest = pickle.load(f)
+        cache_limits.mark_used(entry / _MANIFEST)
         if manifest["format"] != CACHE_FORMAT or manifest["class"] != cls.__name__:
             raise ValueError("not an entry of this kind")
         items = []
@@ -177,6 +178,7 @@ def _store(key: str, items: list, root: Path | None) -> bool:
             os.rename(tmp, root / key)
         except OSError:  # another process stored the same entry first: keep theirs
             shutil.rmtree(tmp, ignore_errors=True)
+        cache_limits.prune(root, keep=key, manifest_name=_MANIFEST)
         return True
     except Exception:  # noqa: BLE001 - a full disk or an unencodable column only costs the cache
         if tmp is not None:

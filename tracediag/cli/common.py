@@ -83,13 +83,15 @@ def add_reading_options(parser: argparse.ArgumentParser) -> None:
         "--no-cache",
         action="store_true",
         help="neither use nor fill the cache of parsed traces ($TRACEDIAG_CACHE_DIR, else "
-        "~/.cache/tracediag)",
+        "~/.cache/tracediag; least recently used entries go beyond $TRACEDIAG_CACHE_MAX_GB, "
+        "default 20)",
     )
     group.add_argument(
         "--jobs",
         type=jobs_count,
         metavar="N",
-        help="reader processes (default: one per input file up to the CPU count; 1: serial)",
+        help="reader processes (default: one per input file up to the CPU count, and the CPU "
+        "count within one big Chrome file; 1: serial)",
     )
     group.add_argument(
         "--scheduler",
