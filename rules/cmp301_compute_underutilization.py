@@ -15,12 +15,16 @@ def main_compute_mask(ctx, rank: int) -> np.ndarray:
     """The events of the rank's main compute unit: the tensor engine on a NeuronCore, any
     compute kernel on a GPU (whose tracks are CUDA/HIP streams)."""
     ev = ctx.trace.events
-    engines = ctx.trace.tracks[S.ENGINE].astype(str).to_numpy()
-    eng = engines[ev[S.TRACK].to_numpy()]
-    mine = (ev[S.RANK].to_numpy() == rank) & (ev[S.KIND].to_numpy() == "compute")
-    if (mine & (eng == "tensor")).any():
-        return mine & (eng == "tensor")
-    return mine
+    # Categorical and per-track tests, indexed by event (not a string compare per event).
+    mine = (ev[S.RANK].to_numpy() == rank) & (ev[S.KIND] == "compute").to_numpy(dtype=bool)
+    on_tensor = mine & _on_tensor_engine(ctx)
+    return on_tensor if on_tensor.any() else mine
+
+
+def _on_tensor_engine(ctx) -> np.ndarray:
+    """Per event: whether its track is a tensor engine."""
+    tensor_track = ctx.trace.tracks[S.ENGINE].astype(str).to_numpy() == "tensor"
+    return tensor_track[ctx.trace.events[S.TRACK].to_numpy()]
 
 
 class ComputeUnderutilization(Rule):
@@ -80,17 +84,7 @@ class ComputeUnderutilization(Rule):
                 if hwp and hwp.peak_flops and step and flops
                 else None
             )
-            unit = (
-                "tensor engine"
-                if (
-                    mask
-                    & (
-                        ctx.trace.tracks[S.ENGINE].astype(str).to_numpy()[ev[S.TRACK].to_numpy()]
-                        == "tensor"
-                    )
-                ).any()
-                else "GPU"
-            )
+            unit = "tensor engine" if (mask & _on_tensor_engine(ctx)).any() else "GPU"
             mfu_txt = (
                 f"; MFU {mfu:.1f}% of {hwp.peak_flops / 1e12:.4g} TFLOP/s ({hwp.name})"
                 if mfu is not None

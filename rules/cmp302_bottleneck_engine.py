@@ -38,12 +38,15 @@ class BottleneckEngine(Rule):
     def check(self, ctx, opts):
         ev = ctx.trace.events
         engines = ctx.trace.tracks[S.ENGINE].astype(str).to_numpy()
-        eng = engines[ev[S.TRACK].to_numpy()]
-        comp = (ev[S.KIND].to_numpy() == "compute") & np.isin(eng, NEURON_ENGINES)
+        track = ev[S.TRACK].to_numpy()
+        # Categorical and per-track tests, indexed by event (not a string compare per event).
+        comp = (ev[S.KIND] == "compute").to_numpy(dtype=bool) & np.isin(engines, NEURON_ENGINES)[
+            track
+        ]
         if not comp.any():
             return
         rank = ev[S.RANK].to_numpy()[comp]
-        e = eng[comp]
+        e = engines[track[comp]]
         key = rank.astype(np.int64) * len(NEURON_ENGINES) + np.searchsorted(
             np.array(sorted(NEURON_ENGINES)), e
         )

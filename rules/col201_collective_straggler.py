@@ -151,7 +151,7 @@ def _slower_than_peers(ctx, rank: int, until: int, share: float = 0.25) -> SlowW
     ev = ctx.trace.events
     excess = ctx.excess_over_peers
     mine = (ev[S.RANK].to_numpy() == rank) & (ev[S.TS].to_numpy() < until) & (excess > 0)
-    mine &= S.strings(ev[S.KIND]) != "marker"
+    mine &= (ev[S.KIND] != "marker").to_numpy(dtype=bool)
     ids = np.flatnonzero(mine)
     engines = ctx.trace.tracks[S.ENGINE].astype(str).to_numpy()[ev[S.TRACK].to_numpy()[ids]]
     by_engine = pd.Series(excess[ids]).groupby(engines).sum().sort_values(ascending=False)

@@ -45,17 +45,16 @@ class DmaWaitOnCriticalPath(Rule):
         if not len(dma_runs):
             return
         seg = ctx.segments.reset_index(drop=True)
-        dma = ctx.dma.set_index("event", drop=False)
         typical = typical_bandwidth(ctx.dma, opts["min_bytes_typical"])
         usual_wait = dma_whatif.typical_trigger_wait(ctx)
-        dma_runs = _describe(dma_runs, seg, dma)
+        dma_runs = _describe(dma_runs, seg, ctx.dma)
         for (rank, queue, layer), grp in dma_runs.groupby(
             ["rank", "queue", "layer"], dropna=False, sort=False
         ):
             impact = int(grp["ns"].sum())
             if ctx.pct(impact) < opts["min_impact_pct"]:
                 continue
-            rows = _cause_rows(ctx, dma, int(rank), queue, layer, grp)
+            rows = _cause_rows(ctx, int(rank), queue, layer, grp)
             typ = float(typical.get(queue, np.nan))
             ranks = _affected_ranks(ctx, rows, typ, opts["slow_ratio"], int(rank))
             fix_rows = ctx.dma[
@@ -124,13 +123,25 @@ class DmaWaitOnCriticalPath(Rule):
 def _describe(dma_runs: pd.DataFrame, seg: pd.DataFrame, dma: pd.DataFrame) -> pd.DataFrame:
     """Add the queue and layer of each run and the engine/op of the work that waited for it."""
     ev_first = seg["event"].to_numpy()[dma_runs["first"].to_numpy()]
-    has = np.isin(ev_first, dma.index.to_numpy())
+    # ``dma`` rows are in event order: a search finds each run's first DMA (no index of every
+    # transfer built for a few runs).
+    dma_events = dma["event"].to_numpy()
+    row = np.searchsorted(dma_events, ev_first)
+    has = row < len(dma_events)
+    has[has] = dma_events[row[has]] == ev_first[has]
+    row = np.where(has, row, 0)
+
+    def at_first(col: str) -> np.ndarray:
+        if not len(dma):
+            return np.full(len(ev_first), np.nan, dtype=object)
+        return dma[col].iloc[row].to_numpy()
+
     waiter = dma_runs["waiter"].to_numpy()
     w_ok = waiter >= 0
     w = np.maximum(waiter, 0)
     out = dma_runs.assign(
-        queue=np.where(has, dma["queue"].reindex(ev_first).to_numpy(), ""),
-        layer=np.where(has, dma["layer"].reindex(ev_first).to_numpy(), None),
+        queue=np.where(has, at_first("queue"), ""),
+        layer=np.where(has, at_first("layer"), None),
         waiter_engine=np.where(w_ok, seg["engine"].to_numpy()[w], ""),
         waiter_op=np.where(w_ok, seg["op"].to_numpy()[w] if "op" in seg else None, None),
     )
@@ -139,7 +150,7 @@ def _describe(dma_runs: pd.DataFrame, seg: pd.DataFrame, dma: pd.DataFrame) -> p
     return out
 
 
-def _cause_rows(ctx, dma, rank, queue, layer, grp) -> pd.DataFrame:
+def _cause_rows(ctx, rank, queue, layer, grp) -> pd.DataFrame:
     """The DMA transfers behind the runs: those of the same rank, queue and layer when the layer
     is known, else the transfers of the queue inside the runs' window."""
     on_rank = ctx.dma[(ctx.dma["rank"] == rank) & (ctx.dma["queue"] == queue)]

@@ -37,7 +37,9 @@ class LowDmaBandwidth(Rule):
     }
 
     def check(self, ctx, opts):
-        dma = ctx.dma[ctx.dma["bytes"].notna()]
+        dma = ctx.dma
+        if dma["bytes"].isna().any():  # filtered only when needed: a copy of millions of rows
+            dma = dma[dma["bytes"].notna()]
         if not len(dma):
             return
         busy = busy_ns_by_group(

@@ -55,7 +55,10 @@ class Fp32Matmuls(Rule):
             return
         rank = ev[S.RANK].to_numpy()
         dtype_name = dtypes.names(dt)
-        slow = matmul & np.isin(dtype_name, dtypes.SLOW) & np.isin(rank, list(fast_dtype))
+        # Tested per dtype code (-1: unknown) and indexed by event, not per event's name.
+        each_code = pd.Categorical.from_codes(np.arange(-1, len(dt.categories)), dtype=dt.dtype)
+        slow_code = np.isin(dtypes.names(each_code), dtypes.SLOW)
+        slow = matmul & slow_code[dt.codes + 1] & np.isin(rank, list(fast_dtype))
         if not slow.any():
             return
         factor = self._factors(ctx, rank, dtype_name, slow, fast_dtype)

@@ -46,7 +46,7 @@ class TransposeFlops(Rule):
         rank = ev[S.RANK].to_numpy()
         tf = _column(ev, S.TRANSPOSE_FLOPS)
         flops = _column(ev, S.FLOPS)
-        compute = ev[S.KIND].to_numpy() == "compute"
+        compute = (ev[S.KIND] == "compute").to_numpy(dtype=bool)
         size = int(rank.max()) + 1 if len(rank) else 0
         tf_sum = np.bincount(rank[compute], tf[compute], minlength=size)
         flops_sum = np.bincount(rank[compute], flops[compute], minlength=size)

@@ -61,7 +61,9 @@ class SpillReloads(Rule):
         track = ev[S.TRACK].to_numpy()
         rank = ev[S.RANK].to_numpy()
         ids = np.flatnonzero(
-            (ev[S.KIND].to_numpy() == "dma") & reload_track[track] & np.isin(rank, flagged)
+            (ev[S.KIND] == "dma").to_numpy(dtype=bool)
+            & reload_track[track]
+            & np.isin(rank, flagged)
         )
         saving, impact, queue = 0, 0, ""
         window = ids if len(ids) else np.flatnonzero(np.isin(rank, flagged))

@@ -81,9 +81,19 @@ class Analysis:
         """``ns`` as a percentage of the critical path, rounded to 0.01."""
         return round(100.0 * ns / self.length_ns, 2) if self.length_ns else 0.0
 
+    @cached_property
+    def _body_node_by_event(self) -> np.ndarray:
+        """Per event id: its body node (-1 for markers); built once, indexed by every lookup."""
+        return _body_node_table(self.graph, len(self.trace.events))
+
     def nodes_of(self, event_ids) -> np.ndarray:
         """The body node of each event: the node that carries its duration (-1 for markers)."""
-        return _body_nodes(self.graph, np.asarray(event_ids, dtype=np.int64))
+        events = np.asarray(event_ids, dtype=np.int64)
+        table = self._body_node_by_event
+        known = (events >= 0) & (events < len(table))
+        out = np.full(len(events), -1, dtype=np.int64)
+        out[known] = table[events[known]]
+        return out
 
     def finding(self, rule, *, severity: Severity | None = None, **fields) -> Finding:
         """A Finding of ``rule`` with ``impact_pct`` filled from ``impact_ns``."""
@@ -101,10 +111,11 @@ class Analysis:
         return str(self.trace.tracks[S.TRACK_NAME].iat[int(track)]) if track >= 0 else ""
 
 
-def _body_nodes(graph: Graph, events: np.ndarray) -> np.ndarray:
+def _body_node_table(graph: Graph, n_events: int) -> np.ndarray:
     body = np.flatnonzero(graph.role == 0)
-    lookup = pd.Series(body, index=graph.event[body])
-    return lookup.reindex(events).fillna(-1).to_numpy(dtype=np.int64)
+    table = np.full(max(n_events, int(graph.event[body].max(initial=-1)) + 1), -1, dtype=np.int64)
+    table[graph.event[body]] = body
+    return table
 
 
 def _segments_with_events(seg: pd.DataFrame, trace: S.Trace) -> pd.DataFrame:
@@ -114,7 +125,7 @@ def _segments_with_events(seg: pd.DataFrame, trace: S.Trace) -> pd.DataFrame:
     out = seg.copy()
     for col in (S.NAME, S.KIND, S.LAYER, S.OP):
         if col in ev:
-            vals = ev[col].astype(object).to_numpy()[idx]
+            vals = ev[col].iloc[idx].astype(object).to_numpy()  # the path's rows only
             out[col] = np.where(has, vals, None)
     for col in (S.BYTES, S.WAIT):
         if col in ev:
@@ -128,9 +139,15 @@ def _segments_with_events(seg: pd.DataFrame, trace: S.Trace) -> pd.DataFrame:
 def step_times(graph: Graph) -> dict[int, int]:
     """Per rank: first start to last end of its nodes in the window (its device work)."""
     ok = (graph.rank >= 0) & graph.window
-    df = pd.DataFrame({"rank": graph.rank[ok], "s": graph.start[ok], "e": graph.end[ok]})
-    g = df.groupby("rank").agg(s=("s", "min"), e=("e", "max"))
-    return {int(r): int(row.e - row.s) for r, row in g.iterrows()}
+    rank = graph.rank[ok]
+    if not len(rank):
+        return {}
+    # Ranks are small integers: a min and a max per rank, without a frame or a sort.
+    first = np.full(int(rank.max()) + 1, np.iinfo(np.int64).max)
+    last = np.full(len(first), np.iinfo(np.int64).min)
+    np.minimum.at(first, rank, graph.start[ok])
+    np.maximum.at(last, rank, graph.end[ok])
+    return {int(r): int(last[r] - first[r]) for r in np.flatnonzero(np.bincount(rank))}
 
 
 #: The stages of :func:`analyse`, announced through its ``progress`` callback.

@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from tracediag import schema as S
+from tracediag.graph import stable_order_by
 
 DEVICE_TRACK_KINDS = ("gpu_stream", "compute_engine", "dma_queue", "cc_core")
 #: Event kind -> breakdown category.
@@ -169,7 +170,7 @@ def _group_start_order(group: np.ndarray, start: np.ndarray) -> np.ndarray:
     dg = np.diff(group)
     if (dg >= 0).all() and ((dg > 0) | (np.diff(start) >= 0)).all():
         return np.arange(len(group))
-    return np.lexsort((start, group))
+    return stable_order_by(group, start)
 
 
 def _sorted_union_lengths(

@@ -17,8 +17,9 @@ def typical_trigger_wait(ctx: Analysis) -> pd.Series:
     ok = nodes >= 0
     code = np.where(ok, ctx.graph.bind_code[np.maximum(nodes, 0)], -1)
     gap = np.where(ok, ctx.graph.gap[np.maximum(nodes, 0)], 0)
-    trig = code == G.DMA_TRIGGER
-    return pd.Series(gap[trig]).groupby(dma["queue"].to_numpy()[trig]).median()
+    trig = np.flatnonzero(code == G.DMA_TRIGGER)
+    # Only the triggered rows' queue names (not the whole column as Python strings).
+    return pd.Series(gap[trig]).groupby(dma["queue"].iloc[trig].to_numpy()).median()
 
 
 def restore(

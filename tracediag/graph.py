@@ -90,8 +90,9 @@ def _program_order_pairs(ev_rank_track: np.ndarray, ts: np.ndarray, ids: np.ndar
     # Sorted by (rank and track, ts, id); ``ids`` ascend, so a stable sort keeps their order on
     # ties, and both keys fit one int64 unless the span is extreme (one pass instead of three).
     order = stable_order_by(ev_rank_track, ts)
-    same = ev_rank_track[order][1:] == ev_rank_track[order][:-1]
-    return ids[order][:-1][same], ids[order][1:][same]
+    sorted_rt, sorted_ids = ev_rank_track[order], ids[order]
+    same = sorted_rt[1:] == sorted_rt[:-1]
+    return sorted_ids[:-1][same], sorted_ids[1:][same]
 
 
 def stable_order_by(major: np.ndarray, minor: np.ndarray) -> np.ndarray:
@@ -102,7 +103,8 @@ def stable_order_by(major: np.ndarray, minor: np.ndarray) -> np.ndarray:
     m_span, n_span = int(major.max()) - m0 + 1, int(minor.max()) - n0 + 1
     if m_span * n_span >= 2**62:
         return np.lexsort((minor, major))
-    key = (major.astype(np.int64) - m0) * n_span + (minor.astype(np.int64) - n0)
+    key = np.subtract(major, m0, dtype=np.int64) * n_span  # in place from here: no temporaries
+    key += np.subtract(minor, n0, dtype=np.int64)
     return np.argsort(key, kind="stable")
 
 
@@ -115,7 +117,12 @@ def _binding_order(src, dst, neg_end, explicit_first) -> np.ndarray:
     d_span, e_span = int(dst.max()) - d0 + 1, int(neg_end.max()) - e0 + 1
     if d_span * e_span * 2 >= 2**62:
         return np.lexsort((src, explicit_first, neg_end, dst))
-    key = ((dst - d0) * e_span + (neg_end - e0)) * 2 + explicit_first
+    key = np.subtract(dst, d0, dtype=np.int64) * (e_span * 2)  # in place from here
+    key += np.subtract(neg_end, e0, dtype=np.int64) * 2
+    key += explicit_first
+    order = np.argsort(key, kind="stable")
+    if (np.diff(key[order]) != 0).all():
+        return order  # no ties for ``src`` to break: a second sort pass would change nothing
     return np.lexsort((src, key))
 
 
@@ -143,7 +150,7 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
     durs = [dur[ids]]
     ranks = [rank[ids]]
     tracks = [track[ids]]
-    events = [ids.astype(np.int64)]
+    events = [ids.astype(np.int64, copy=False)]
     roles = [np.full(n_body, BODY, dtype=np.int8)]
     ckeys = [np.full(n_body, -1, dtype=np.int64)]
     in_node = body_of.copy()
@@ -174,7 +181,7 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
         durs.append(np.zeros(n_c, dtype=np.int64))
         ranks.append(rank[c_ev])
         tracks.append(track[c_ev])
-        events.append(c_ev.astype(np.int64))
+        events.append(c_ev.astype(np.int64, copy=False))
         roles.append(np.full(n_c, ARRIVAL, dtype=np.int8))
         ckeys.append(c_key)
         in_node[c_ev] = arr_nodes
@@ -188,7 +195,7 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
         tracks.append(np.full(len(uniq_keys), -1, dtype=track.dtype))
         events.append(np.full(len(uniq_keys), -1, dtype=np.int64))
         roles.append(np.full(len(uniq_keys), INSTANCE, dtype=np.int8))
-        ckeys.append(uniq_keys.astype(np.int64))
+        ckeys.append(uniq_keys.astype(np.int64, copy=False))
         src_list += [arr_nodes, inst_nodes[inv]]
         dst_list += [inst_nodes[inv], b]
         code_list += [np.full(n_c, COLL_ARRIVAL, np.int8), np.full(n_c, COLL_START, np.int8)]
@@ -199,8 +206,12 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
         edges = pd.concat([edges, extra_edges], ignore_index=True)
     e_src = edges[S.SRC].to_numpy()
     e_dst = edges[S.DST].to_numpy()
-    e_kind = edges[S.EDGE_KIND].astype(str).to_numpy()
-    completion = (e_kind == "sync") & is_sync[e_dst] if len(edges) else np.zeros(0, bool)
+    # Per distinct kind (the trailing entry: a missing kind), not a string test per edge.
+    kind_idx, kinds = pd.factorize(edges[S.EDGE_KIND])
+    e_code = np.array([_FORMAT_EDGE_CODES.get(str(k), FLOW) for k in kinds] + [FLOW], np.int8)
+    e_code = e_code[kind_idx]
+    is_sync_kind = np.array([str(k) == "sync" for k in kinds] + [False])[kind_idx]
+    completion = is_sync_kind & is_sync[e_dst] if len(edges) else np.zeros(0, bool)
     sync_ev = np.unique(e_dst[completion])
     sync_ev = sync_ev[in_graph[sync_ev]]
     if len(sync_ev):
@@ -212,7 +223,7 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
         durs.append(np.zeros(n_s, dtype=np.int64))
         ranks.append(rank[sync_ev])
         tracks.append(track[sync_ev])
-        events.append(sync_ev.astype(np.int64))
+        events.append(sync_ev.astype(np.int64, copy=False))
         roles.append(np.full(n_s, COMPLETION, dtype=np.int8))
         ckeys.append(np.full(n_s, -1, dtype=np.int64))
         out_node[sync_ev] = comp_nodes
@@ -220,12 +231,12 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
         dst_list.append(comp_nodes)
         code_list.append(np.full(n_s, SYNC_DONE, np.int8))
 
-    start = np.concatenate(starts).astype(np.int64)
-    node_dur = np.concatenate(durs).astype(np.int64)
+    start = np.concatenate(starts).astype(np.int64, copy=False)
+    node_dur = np.concatenate(durs).astype(np.int64, copy=False)
     dropped: dict[str, int] = {}
 
     # --- program order per track ------------------------------------------------------------
-    rt = rank[ids].astype(np.int64) * (int(track.max(initial=0)) + 1) + track[ids]
+    rt = np.multiply(rank[ids], int(track.max(initial=0)) + 1, dtype=np.int64) + track[ids]
     a, b2 = _program_order_pairs(rt, ts[ids], ids)
     # A collective may be triggered while the previous one on its stream still runs (Neuron
     # queues triggers): then program order binds its transfer, not its arrival.
@@ -241,16 +252,14 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
         dropped_marker = int((~keep).sum())
         if dropped_marker:
             dropped["edges touching annotation-only events (not graph nodes)"] = dropped_marker
-        codes = np.array([_FORMAT_EDGE_CODES.get(k, FLOW) for k in np.unique(e_kind)], np.int8)
-        e_code = codes[np.searchsorted(np.unique(e_kind), e_kind)] if len(e_kind) else codes
         dst_nodes = np.where(completion, out_node[e_dst], in_node[e_dst])
         src_list.append(out_node[e_src[keep]])
         dst_list.append(dst_nodes[keep])
         code_list.append(e_code[keep])
 
-    src = np.concatenate(src_list).astype(np.int64)
-    dst = np.concatenate(dst_list).astype(np.int64)
-    code = np.concatenate(code_list).astype(np.int8)
+    src = np.concatenate(src_list).astype(np.int64, copy=False)
+    dst = np.concatenate(dst_list).astype(np.int64, copy=False)
+    code = np.concatenate(code_list).astype(np.int8, copy=False)
     self_loop = src == dst
     backward = start[src] > start[dst]
     bad = self_loop | backward
@@ -267,22 +276,20 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.add.at(ptr, dst + 1, 1)
     ptr = np.cumsum(ptr)
-    bind = np.full(n, -1, dtype=np.int64)
-    bind_code = np.full(n, -1, dtype=np.int8)
     has = ptr[1:] > ptr[:-1]
-    bind[has] = src[ptr[:-1][has]]
-    bind_code[has] = code[ptr[:-1][has]]
-    gap = np.zeros(n, dtype=np.int64)
-    gap[has] = start[has] - end[bind[has]]
+    head = np.minimum(ptr[:-1], max(len(src) - 1, 0))  # each node's first edge (roots: masked)
+    bind = np.where(has, src[head], -1) if len(src) else np.full(n, -1, dtype=np.int64)
+    bind_code = np.where(has, code[head], -1) if len(src) else np.full(n, -1, dtype=np.int8)
+    gap = np.where(has, start - end[bind], 0)
     role = np.concatenate(roles)
-    node_track = np.concatenate(tracks).astype(np.int32)
+    node_track = np.concatenate(tracks).astype(np.int32, copy=False)
     order, cut = _topological_order(start, end, role, src, dst, ptr)
     if cut:
         dropped["edges in cycles"] = cut
     return Graph(
         start=start,
         dur=node_dur,
-        rank=np.concatenate(ranks).astype(np.int32),
+        rank=np.concatenate(ranks).astype(np.int32, copy=False),
         track=node_track,
         event=np.concatenate(events),
         role=role,
@@ -308,10 +315,8 @@ def _device_nodes(trace: S.Trace, node_track: np.ndarray) -> np.ndarray:
     (framework start-up, CUDA initialisation) or after the last (teardown) is outside the step.
     """
     kinds = trace.tracks[S.TRACK_KIND].astype(str).to_numpy()
-    host = np.zeros(len(node_track), dtype=bool)
-    has = node_track >= 0
-    host[has] = kinds[node_track[has]] == "cpu_thread"
-    device = ~host
+    host_track = np.append(kinds == "cpu_thread", False)  # track -1 (instances): the last False
+    device = ~host_track[node_track]
     return device if device.any() else np.ones(len(node_track), dtype=bool)
 
 
@@ -342,7 +347,9 @@ def _time_order(start, level, priority, end) -> np.ndarray:
     s_span, l_span = int(start.max()) - s0 + 1, int(level.max()) + 1
     if s_span * l_span * 4 >= 2**62:
         return np.lexsort((end, priority, level, start))
-    key = ((start - s0) * l_span + level) * 4 + priority
+    key = np.subtract(start, s0, dtype=np.int64) * (l_span * 4)  # in place from here
+    key += level * 4
+    key += priority
     return np.lexsort((end, key))
 
 

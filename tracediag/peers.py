@@ -58,7 +58,7 @@ def event_ordinals(trace: S.Trace) -> np.ndarray:
     ev = trace.events
     if not len(ev):
         return np.zeros(0, dtype=np.int64)
-    marker = (S.strings(ev[S.KIND]) == "marker").astype(np.int64)
+    marker = (ev[S.KIND] == "marker").to_numpy(dtype=np.int64)
     key = ev[S.TRACK].to_numpy().astype(np.int64) * 2 + marker
     order = stable_order_by(key, ev[S.TS].to_numpy())  # ties: event order
     k = key[order]
@@ -115,9 +115,7 @@ def dma_frame(
     layers, code = _category_codes(ev[S.LAYER])
     own = code[ids]
     layer = np.where(own >= 0, own, _consumer_layer(trace, ids, inferred, code))
-    order = np.lexsort((ids, ts, track))
-    filled = np.empty_like(layer)
-    filled[order] = _bfill_in_groups(track[order], layer[order])
+    filled = _next_present_on_track(track, ordinals[ids], layer)
     if (filled >= 0).any() and all(isinstance(x, str) for x in layers):
         # The few layer names taken per row, missing where -1 (not a string per row re-inferred).
         df["layer"] = pd.Series(np.asarray(layers, dtype=object)).array.take(
@@ -136,15 +134,23 @@ def _category_codes(col: pd.Series) -> tuple[list, np.ndarray]:
     return list(uniques), codes.astype(np.int64)
 
 
-def _bfill_in_groups(group: np.ndarray, code: np.ndarray) -> np.ndarray:
-    """Each missing code (-1) replaced by the next present one of its group (rows sorted by
-    group); -1 where none follows."""
-    n = len(code)
-    pos = np.where(code >= 0, np.arange(n), n)
-    nxt = np.minimum.accumulate(pos[::-1])[::-1]
-    last = np.r_[np.flatnonzero(group[1:] != group[:-1]), n - 1]  # each group's last row
-    group_end = np.repeat(last + 1, np.diff(np.r_[-1, last]))
-    return np.where(nxt < group_end, np.r_[code, -1][nxt], -1)
+def _next_present_on_track(track: np.ndarray, ordinal: np.ndarray, code: np.ndarray) -> np.ndarray:
+    """Each missing code (-1) replaced by the next present one on its track in time order (the
+    events' ordinals: unique on a track, in time then event order); -1 where none follows.
+
+    A search among the few present rows, not a sort of every row: ``track * span + ordinal``
+    orders rows like (track, time) and fits an int64 (both are below the number of events).
+    """
+    present = np.flatnonzero(code >= 0)
+    if not len(present):
+        return code.copy()
+    key = np.multiply(track, int(ordinal.max()) + 1, dtype=np.int64)
+    key += ordinal
+    by_key = present[np.argsort(key[present])]
+    nxt = np.searchsorted(key[by_key], key)  # a present row finds itself
+    nxt_row = by_key[np.minimum(nxt, len(by_key) - 1)]
+    same_track = (nxt < len(by_key)) & (track[nxt_row] == track)
+    return np.where(same_track, code[nxt_row], -1)
 
 
 def _consumer_layer(
@@ -157,10 +163,13 @@ def _consumer_layer(
     if not len(ed):
         return out
     src = ed[S.SRC].to_numpy()
-    hit = np.isin(src, dma_ids)
+    # ``dma_ids`` ascend: a search finds the edges from a DMA (no sort of every transfer).
+    row = np.searchsorted(dma_ids, src)
+    hit = row < len(dma_ids)
+    hit[hit] = dma_ids[row[hit]] == src[hit]
     layers = layer_code[ed[S.DST].to_numpy()[hit]]
     ok = layers >= 0
-    out[np.searchsorted(dma_ids, src[hit][ok])] = layers[ok]
+    out[row[hit][ok]] = layers[ok]
     return out
 
 
@@ -172,11 +181,21 @@ def typical_bandwidth(dma: pd.DataFrame, min_bytes: float, floor_ratio: float = 
     is below ``floor_ratio`` of the median over all queues' large transfers, its peers are the
     other queues, and that job-wide median is its typical bandwidth.
     """
-    big = dma[dma["bytes"] >= min_bytes]
-    typical = big.groupby("queue")["bw"].median()
-    fallback = dma.groupby("queue")["bw"].median()
+    # Grouped by the queue names' codes: a few million rows are not a frame filtered and
+    # grouped by string twice.
+    code, queues = pd.factorize(dma["queue"], sort=True)
+    bw = pd.Series(dma["bw"].to_numpy())
+    big = (dma["bytes"] >= min_bytes).to_numpy()
+
+    def median_per_queue(rows: np.ndarray) -> pd.Series:
+        rows = rows & (code >= 0)
+        med = bw[rows].groupby(code[rows]).median()
+        return pd.Series(med.to_numpy(), index=queues[med.index].rename("queue"), name="bw")
+
+    typical = median_per_queue(big)
+    fallback = median_per_queue(np.ones(len(code), dtype=bool))
     typical = typical.reindex(fallback.index).fillna(fallback)
-    job_wide = float(big["bw"].median()) if len(big) else float(dma["bw"].median())
+    job_wide = float(bw[big].median()) if big.any() else float(bw.median())
     if np.isfinite(job_wide):
         typical = typical.where(typical >= floor_ratio * job_wide, job_wide)
     return typical
@@ -209,7 +228,7 @@ def busy_ns_by_group(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> p
     """Per group id: the length of the union of its intervals (overlaps counted once)."""
     if not len(group):
         return pd.Series(dtype="int64")
-    o = np.lexsort((start, group))
+    o = stable_order_by(group, start)
     g, s, e = group[o], start[o].astype(np.int64), end[o].astype(np.int64)
     new_group = np.r_[True, g[1:] != g[:-1]]
     # A running max of ends within each group: lift each group above the previous one so a
@@ -232,15 +251,18 @@ def median_of_others(group: np.ndarray, values: np.ndarray) -> np.ndarray:
     g, v = group[o], values[o].astype(np.float64)
     first = np.r_[0, np.flatnonzero(g[1:] != g[:-1]) + 1]
     sizes = np.diff(np.r_[first, n])
-    start = np.repeat(first, sizes)
-    size = np.repeat(sizes, sizes)
-    pos = np.arange(n) - start
-    # In a sorted group of k, dropping element p leaves k-1: their middle one(s) shift past p.
-    m = size - 1
-    lo, hi = (m - 1) // 2, m // 2
-    lo_i = np.minimum(start + lo + (lo >= pos), n - 1)
-    hi_i = np.minimum(start + hi + (hi >= pos), n - 1)
-    med = np.where(m > 0, (v[lo_i] + v[hi_i]) / 2, np.nan)
+    # In a sorted group of k, dropping the element at index i leaves m = k-1: their middle
+    # one(s), at first + lo and first + hi, shift one up when at or past i. Computed per group,
+    # then repeated per element; a lone element (m = 0) reads index first-1 (a valid index, its
+    # NaN is set below) instead of one past the end.
+    m = sizes - 1
+    at = np.arange(n)
+    lo_i = np.repeat(first + (m - 1) // 2, sizes)
+    lo_i += lo_i >= at
+    hi_i = np.repeat(first + np.where(m > 0, m // 2, -1), sizes)
+    hi_i += hi_i >= at
+    med = (v[lo_i] + v[hi_i]) / 2
+    med[first[m == 0]] = np.nan
     out = np.empty(n)
     out[o] = med
     return out
@@ -248,7 +270,10 @@ def median_of_others(group: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 def _group_value_order(group: np.ndarray, values: np.ndarray) -> np.ndarray:
     """An order sorting by group, then value. Integers whose ranges fit one int64 key sort
-    in one pass (any order of equal pairs is as good: only the sorted values are read)."""
+    in one pass (any order of equal pairs is as good: only the sorted values are read).
+
+    The stable sort: on these keys, whose rows come partly ordered (rank by rank, each in time
+    order), it is several times faster than the default quicksort."""
     if (
         group.dtype.kind in "iu"
         and values.dtype.kind in "iu"
@@ -258,8 +283,10 @@ def _group_value_order(group: np.ndarray, values: np.ndarray) -> np.ndarray:
         g0, v0 = int(group.min()), int(values.min())
         g_span, v_span = int(group.max()) - g0 + 1, int(values.max()) - v0 + 1
         if g_span * v_span < 2**62:
-            key = (group.astype(np.int64) - g0) * v_span + (values.astype(np.int64) - v0)
-            return np.argsort(key)
+            key = np.subtract(group, g0, dtype=np.int64)  # in place: no temporary per step
+            key *= v_span
+            key += np.subtract(values, v0, dtype=np.int64)
+            return np.argsort(key, kind="stable")
     return np.lexsort((values, group))
 
 
@@ -280,4 +307,4 @@ def device_ranks(trace: S.Trace) -> set[int]:
     a host-only profile (a JAX CPU run, a CPU thread trace) has no device to leave idle."""
     device_track = trace.tracks[S.ENGINE].astype(str).to_numpy() != "cpu"
     on_device = device_track[trace.events[S.TRACK].to_numpy()]
-    return {int(r) for r in np.unique(trace.events[S.RANK].to_numpy()[on_device])}
+    return {int(r) for r in pd.unique(trace.events[S.RANK].to_numpy()[on_device])}  # no sort

@@ -73,17 +73,20 @@ class _Plan:
     Most nodes have exactly one predecessor (program order on a track), so their end is their
     predecessor's end plus their own gap and duration: along such chains ends are sums, which
     pointer jumping computes for all nodes at once. Only *anchors* (roots and nodes with several
-    predecessors, a few percent of a real graph) need a max over predecessors, in a Python loop.
+    predecessors, a few percent of a real graph) need a max over predecessors, in a Python loop
+    over the anchors' ends alone (numbered by *slot*), not a list of every node's.
     """
 
     single: np.ndarray  # bool: exactly one predecessor
     parent: np.ndarray  # that predecessor (self for anchors)
-    anchor: np.ndarray  # the anchor each chain hangs from (self for anchors)
+    anchor_slot: np.ndarray  # per node: the slot of the anchor its chain hangs from
     rounds: int  # pointer-jumping rounds that reach every anchor
-    loop: list[int]  # anchors with predecessors, in topological order
+    anchors: np.ndarray  # the anchor of each slot (node ids, ascending)
+    loop: np.ndarray  # anchors with predecessors, in topological order (node ids)
+    loop_slot: list[int]  # their slots
     edge_ptr: list[int]  # their predecessor edges, compacted: loop[k]'s are edge_ptr[k]:[k+1]
     edge_src: np.ndarray  # predecessor of each compacted edge
-    edge_anchor: list[int]  # anchor of that predecessor
+    edge_anchor: list[int]  # slot of that predecessor's anchor
 
 
 def _plan(graph: Graph) -> _Plan:
@@ -103,6 +106,13 @@ def _plan(graph: Graph) -> _Plan:
         if np.array_equal(nxt, anchor):
             break
         anchor, rounds = nxt, rounds + 1
+    # Anchors: every chain's top (a single-predecessor cycle among same-instant nodes may
+    # settle on one of its own nodes) and every node that is no chain's member.
+    is_anchor = ~single
+    is_anchor[anchor] = True
+    anchors = np.flatnonzero(is_anchor)
+    slot = np.full(n, -1, dtype=np.int64)
+    slot[anchors] = np.arange(len(anchors))
     loop = graph.order[(npred >= 2)[graph.order]]
     lo, hi = ptr[loop], ptr[loop + 1]
     edge_ptr = np.r_[0, np.cumsum(hi - lo)]
@@ -111,12 +121,14 @@ def _plan(graph: Graph) -> _Plan:
     plan = _Plan(
         single,
         parent,
-        anchor,
+        slot[anchor],
         rounds + 1,
-        loop.tolist(),
+        anchors,
+        loop,
+        slot[loop].tolist(),
         edge_ptr.tolist(),
         edge_src,
-        anchor[edge_src].tolist(),
+        slot[anchor[edge_src]].tolist(),
     )
     graph.replay_plan = plan  # a graph is never changed once built
     return plan
@@ -147,18 +159,16 @@ def replay(graph: Graph, change: WhatIf | None = None) -> ReplayResult:
     offset = _chain_offsets(plan, w)
     # Anchors in topological order: a root keeps its start; another anchor starts after its
     # latest predecessor, whose end is its own anchor's end plus its chain offset.
-    end_l = (graph.start + dur).tolist()
+    end_a = (graph.start[plan.anchors] + dur[plan.anchors]).tolist()
     src_offset = offset[plan.edge_src].tolist()
-    w_l = w.tolist()
     ea, ep = plan.edge_anchor, plan.edge_ptr
-    for k, a in enumerate(plan.loop):
-        lo, hi = ep[k], ep[k + 1]
-        m = end_l[ea[lo]] + src_offset[lo]
+    for s, lo, hi, w_s in zip(plan.loop_slot, ep[:-1], ep[1:], w[plan.loop].tolist(), strict=True):
+        m = end_a[ea[lo]] + src_offset[lo]
         for i in range(lo + 1, hi):
-            e = end_l[ea[i]] + src_offset[i]
+            e = end_a[ea[i]] + src_offset[i]
             if e > m:
                 m = e
-        end_l[a] = m + w_l[a]
-    end = np.asarray(end_l, np.int64)
-    end = np.where(plan.single, end[plan.anchor] + offset, end)
+        end_a[s] = m + w_s
+    # An anchor's own offset is 0: one expression for chain nodes and anchors alike.
+    end = np.asarray(end_a, np.int64)[plan.anchor_slot] + offset
     return ReplayResult(end - dur, end, graph.window)
