@@ -23,17 +23,16 @@ DEVICE_KINDS = ("compute", "dma", "collective")
 MAX_ROWS = 500
 
 
-def _device_events(trace: S.Trace, column: str, fallback: str | None = None) -> pd.DataFrame:
-    """Device events keyed by ``column`` (by ``fallback`` where ``column`` is empty).
-
-    ``key`` is an integer code into ``frame.attrs["labels"]`` (the texts, one per key), so the
-    groupings run on integers, not on a string per event.
+def _device_events(
+    trace: S.Trace, column: str, fallback: str | None = None
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """Device events keyed by ``column`` (by ``fallback`` where ``column`` is empty), and the
+    keys' texts: ``key`` is an integer code into them, so the groupings run on integers, not on
+    a string per event. (Not in ``frame.attrs``: pandas deep-copies those into every result.)
     """
     ev = trace.events
     if not len(ev) or (column not in ev and fallback is None):
-        empty = pd.DataFrame(columns=["key", "rank", "kind", "dur"])
-        empty.attrs["labels"] = np.zeros(0, dtype=object)
-        return empty
+        return pd.DataFrame(columns=["key", "rank", "kind", "dur"]), np.zeros(0, dtype=object)
     columns = [c for c in (column, fallback) if c is not None and c in ev]
     coded = [_text_codes(ev[c]) for c in columns]
     labels, unified = pd.factorize(np.concatenate([texts for _, texts in coded]))
@@ -54,8 +53,7 @@ def _device_events(trace: S.Trace, column: str, fallback: str | None = None) -> 
             "dur": ev[S.DUR].to_numpy()[keep].astype(np.float64),
         }
     )
-    frame.attrs["labels"] = np.asarray(unified, dtype=object)
-    return frame
+    return frame, np.asarray(unified, dtype=object)
 
 
 def _text_codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -99,18 +97,17 @@ def op_durations(trace: S.Trace) -> list[dict]:
     """``[{op, kind, count, total_ns, mean_ns, std_ns}]`` over every instance on every rank;
     an event without an operator counts under its name (a DMA under its tensor, a collective
     under its operation)."""
-    ev = _device_events(trace, S.OP, fallback=S.NAME)
+    ev, labels = _device_events(trace, S.OP, fallback=S.NAME)
     if not len(ev):
         return []
     kinds = ev.groupby("key", sort=False)[["kind"]].first()
-    return _rows(_stats(ev.rename(columns={"key": "op"}), "op"), "op", ev.attrs["labels"], kinds)
+    return _rows(_stats(ev.rename(columns={"key": "op"}), "op"), "op", labels, kinds)
 
 
 def layer_durations(trace: S.Trace) -> list[dict]:
     """``[{layer, count, total_ns, mean_ns, std_ns}]``: samples are per-rank sums of the layer."""
-    ev = _device_events(trace, S.LAYER)
+    ev, labels = _device_events(trace, S.LAYER)
     if not len(ev):
         return []
     per_rank = ev.groupby(["key", "rank"], sort=False)["dur"].sum().reset_index()
-    stats = _stats(per_rank.rename(columns={"key": "layer"}), "layer")
-    return _rows(stats, "layer", ev.attrs["labels"])
+    return _rows(_stats(per_rank.rename(columns={"key": "layer"}), "layer"), "layer", labels)
