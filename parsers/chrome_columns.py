@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import repeat
-from operator import attrgetter
+from operator import attrgetter, is_not
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,9 @@ COLLECTIVE_ARGS = (
 # ... and as the values given (None where absent): thread names, sync kinds, collective fields.
 VALUE_ARGS = ("name", "cuda_sync_kind", *COLLECTIVE_ARGS)  # "name": of M events (META_ARGS)
 META_ARGS = ("name",)
+# The other value keys: on few events (collectives, sync records).
+RARE_ARGS = tuple(k for k in VALUE_ARGS if k not in META_ARGS)
+_NO_RARE_ARGS = (None,) * len(RARE_ARGS)
 TEXT_KEYS = ("ph", "cat", "name", "pid", "tid")
 # Phases whose ``id``/``bind_id``/``bp`` are read: flows and async begin/end.
 ID_PHASES = ("s", "t", "f", "b", "e", "S", "F")
@@ -99,6 +102,7 @@ class _Access:
     args_type: type
     get: Callable[[str, Iterable], Iterator]  # event key -> values (None where absent)
     arg: Callable[[str, Iterable], Iterator]  # args key of args records -> values
+    args_tuple: Callable[[tuple[str, ...], Iterable], Iterator]  # several keys -> tuples
     has_id: Callable[[Iterable], Iterator]  # whether each event has an "id" key (even null)
 
 
@@ -107,13 +111,15 @@ _STRUCTS = _Access(
     _Args,
     get=lambda key, events: map(attrgetter(key), events),
     arg=lambda key, args: map(attrgetter(_ATTR_OF[key]), args),
-    has_id=lambda events: (e.id is not msgspec.UNSET for e in events),
+    args_tuple=lambda keys, args: map(attrgetter(*(_ATTR_OF[k] for k in keys)), args),
+    has_id=lambda events: map(is_not, map(attrgetter("id"), events), repeat(msgspec.UNSET)),
 )
 _DICTS = _Access(
     dict,
     dict,
     get=lambda key, events: map(dict.get, events, repeat(key)),
     arg=lambda key, args: map(dict.get, args, repeat(key)),
+    args_tuple=lambda keys, args: (tuple(map(d.get, keys)) for d in args),
     has_id=lambda events: map(dict.__contains__, events, repeat("id")),
 )
 
@@ -291,12 +297,15 @@ class ColumnBuilder:
             numbers = np.full(n, np.nan)
             numbers[with_args] = _numbers(_array(access.arg(key, objects), len(objects)))
             self.numbers[key].append(numbers)
-        for key in VALUE_ARGS:
-            at = with_args
-            if key in META_ARGS:  # read from metadata events only
-                at = with_args[self.text["ph"].last_in(("M",))[with_args]]
-            values = _array(access.arg(key, args[at]), len(at))
-            self.values[key].add(values, self.n, at)
+        meta = with_args[self.text["ph"].last_in(("M",))[with_args]]
+        for key in META_ARGS:  # read from metadata events only
+            self.values[key].add(_array(access.arg(key, args[meta]), len(meta)), self.n, meta)
+        # The rare keys in one pass: a tuple per args object, unpacked where not all None.
+        tuples = _array(access.args_tuple(RARE_ARGS, objects), len(objects))
+        some = np.flatnonzero(np.fromiter(map(_NO_RARE_ARGS.__ne__, tuples), bool, len(tuples)))
+        for j, key in enumerate(RARE_ARGS):
+            values = _array((t[j] for t in tuples[some]), len(some))
+            self.values[key].add(values, self.n, with_args[some])
 
     def finish(self, metadata: dict, rewritten: dict, drop_terminator: bool) -> EventColumns:
         """The columns of everything added; ``drop_terminator`` drops a final ``{}`` event."""
