@@ -18,8 +18,8 @@ graph stage reads first), so its peak includes theirs. Stages: ``floor`` (bare
 way, untimed), ``graph+path`` (graph build and critical path),
 ``replay`` (one what-if), ``diagnose`` (graph, path and every rule) and ``report`` (the
 ``tracediag report --no-cache`` command end to end, interpreter start included; its default
-``--jobs``, so a multi-rank Parquet job is read by a process pool and its peak is the largest
-process's). Optional: ``report-cached`` (the same command reopening the trace from a cache that
+``--jobs``, so a multi-rank Parquet job is read by a process pool, a big Chrome file decoded by
+one, and its peak is the largest process's). Optional: ``report-cached`` (the same command reopening the trace from a cache that
 an untimed first run filled). The Chrome floor pauses cyclic GC as the reader does (with it on,
 ``orjson.loads`` of 1M events takes several times longer). Each stage shows wall and CPU
 seconds and both as multiples of the floor's: on a shared machine CPU time is the steadier
