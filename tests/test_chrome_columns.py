@@ -36,6 +36,18 @@ def assert_same(a: EventColumns, b: EventColumns) -> None:
             assert list(values) == list(theirs[key][1]), key
 
 
+def assert_same_outcome(path: Path, doc: bytes, piece_bytes: int) -> None:
+    """Read in pieces, ``doc`` gives the whole-document columns, or its very error line."""
+    try:
+        expected = read_whole(path, doc)
+    except TraceInputError as exc:
+        with pytest.raises(TraceInputError) as got:
+            read_columns(path, doc, piece_bytes)
+        assert str(got.value) == str(exc)
+    else:
+        assert_same(read_columns(path, doc, piece_bytes), expected)
+
+
 def runs(data: bytes, piece_bytes: int) -> list[bytes]:
     return list(chrome_chunks.Pieces(io.BytesIO(data), piece_bytes))
 
@@ -126,15 +138,7 @@ def test_misplaced_cuts_are_moved_on():
 def test_documents_outside_the_plain_layout_give_the_whole_document_result(doc):
     """Not split, or a piece the decoder refuses: the whole-document path answers, repairs and
     error messages included."""
-    path = Path("odd.json")
-    try:
-        expected = read_whole(path, doc)
-    except TraceInputError as exc:
-        with pytest.raises(TraceInputError) as got:
-            read_columns(path, doc, 8)
-        assert str(got.value) == str(exc)
-    else:
-        assert_same(read_columns(path, doc, 8), expected)
+    assert_same_outcome(Path("odd.json"), doc, 8)
 
 
 def test_terminator_is_dropped_only_when_last():
@@ -185,12 +189,4 @@ def test_damaged_documents_read_in_pieces_as_whole(seed):
             del data[at:]
         else:
             data[at] = int(rng.choice(list(b'{}[],:"\\0 x\n')))
-    doc, path = bytes(data), Path("damaged.json")
-    try:
-        expected = read_whole(path, doc)
-    except TraceInputError as exc:
-        with pytest.raises(TraceInputError) as got:
-            read_columns(path, doc, 700)
-        assert str(got.value) == str(exc)
-    else:
-        assert_same(read_columns(path, doc, 700), expected)
+    assert_same_outcome(Path("damaged.json"), bytes(data), 700)
