@@ -141,13 +141,7 @@ class ArgColumns:
 
     def value(self, key: str, pos: np.ndarray) -> np.ndarray:
         """``args[key]`` of the events at ``pos`` as given (None where absent)."""
-        where, values = self.values[key]
-        out = np.full(len(pos), None, dtype=object)
-        if len(where):
-            i = np.minimum(np.searchsorted(where, pos), len(where) - 1)
-            hit = where[i] == pos
-            out[hit] = values[i[hit]]
-        return out
+        return _sparse_at(self.values[key], pos)
 
 
 @dataclass
@@ -188,7 +182,18 @@ class EventColumns:
     def id_values(self, key: str, pos: np.ndarray) -> np.ndarray:
         """``id``, ``flow_id`` (``id``, else ``bind_id``) or ``bp`` of flow and async events at
         ``pos`` (None where absent)."""
-        return ArgColumns({}, self.ids).value(key, pos)
+        return _sparse_at(self.ids[key], pos)
+
+
+def _sparse_at(sparse: tuple[np.ndarray, np.ndarray], pos: np.ndarray) -> np.ndarray:
+    """The values of a sparse column ``(sorted positions, values)`` at ``pos`` (None: absent)."""
+    where, values = sparse
+    out = np.full(len(pos), None, dtype=object)
+    if len(where):
+        i = np.minimum(np.searchsorted(where, pos), len(where) - 1)
+        hit = where[i] == pos
+        out[hit] = values[i[hit]]
+    return out
 
 
 def decode_run(path: Path, text: bytes) -> ColumnBuilder | None:

@@ -75,7 +75,7 @@ def test_reading_marks_use_and_storing_prunes(tmp_path, monkeypatch):
     assert len(used) == 1
     total = sum(cache_limits._size(str(p)) for p in tmp_path.iterdir())
     monkeypatch.setenv("TRACEDIAG_CACHE_MAX_GB", str((total - 5000) / (1 << 30)))
-    assert cache._store("fresh", [], None)
+    assert cache._store("fresh", [], None, prune=True)  # as store_trace does
     assert {p.name for p in tmp_path.iterdir()} == written | {"fresh"}
 
 

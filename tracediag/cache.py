@@ -122,7 +122,9 @@ def load_trace(key: str, root: Path | None = None) -> S.Trace | None:
 
 def store_trace(key: str, trace: S.Trace, root: Path | None = None) -> bool:
     """Write an assembled (not yet aligned) trace under ``key``; False when it cannot."""
-    return _store(key, [trace], root)
+    # The last entry of a read that parsed anything: the cache is pruned here, once per read,
+    # rather than after each file's entry (each pruning walks the whole cache directory).
+    return _store(key, [trace], root, prune=True)
 
 
 def _load(key: str, cls: type, root: Path | None) -> list | None:
@@ -148,7 +150,7 @@ def _load(key: str, cls: type, root: Path | None) -> list | None:
         return None
 
 
-def _store(key: str, items: list, root: Path | None) -> bool:
+def _store(key: str, items: list, root: Path | None, prune: bool = False) -> bool:
     """Each item is a dataclass: its DataFrame fields go to Arrow files, the rest is pickled."""
     root = root or cache_root()
     tmp = None
@@ -178,7 +180,8 @@ def _store(key: str, items: list, root: Path | None) -> bool:
             os.rename(tmp, root / key)
         except OSError:  # another process stored the same entry first: keep theirs
             shutil.rmtree(tmp, ignore_errors=True)
-        cache_limits.prune(root, keep=key, manifest_name=_MANIFEST)
+        if prune:
+            cache_limits.prune(root, keep=key, manifest_name=_MANIFEST)
         return True
     except Exception:  # noqa: BLE001 - a full disk or an unencodable column only costs the cache
         if tmp is not None:

@@ -1,9 +1,10 @@
 """Keeping the cache of parsed traces within a size: least recently used entries go first.
 
 A cache entry of a multi-GB trace takes hundreds of megabytes; without a bound the cache would
-grow with every trace ever opened. After each new entry the cache directory is measured and,
-while it holds more than ``$TRACEDIAG_CACHE_MAX_GB`` (default :data:`DEFAULT_MAX_GB`), the
-entries used longest ago are removed (the one just written never). An entry counts as used
+grow with every trace ever opened. Once per read that parsed anything (when its job's entry is
+written) the cache directory is measured and, while it holds more than
+``$TRACEDIAG_CACHE_MAX_GB`` (default :data:`DEFAULT_MAX_GB`), the entries used longest ago are
+removed (the one just written never). An entry counts as used
 when it is written or read back (:func:`mark_used` sets its manifest's modification time).
 Temporary directories that crashed writers left behind are removed once an hour old.
 """
