@@ -65,32 +65,43 @@ ID_PHASES = ("s", "t", "f", "b", "e", "S", "F")
 _ARG_FIELDS = {f"a{i}": key for i, key in enumerate(NUMBER_ARGS + VALUE_ARGS)}
 
 
-def _struct(name: str, fields: dict[str, tuple[str, Any]]) -> type:
-    """A msgspec Struct (untracked by the GC: it holds no cycles) with renamed JSON keys."""
-    return msgspec.defstruct(
-        name,
-        [(attr, Any, default) for attr, (_, default) in fields.items()],
-        rename={attr: key for attr, (key, _) in fields.items()},
+_JSON_OTHER = int | float | str | bool | None | list  # what a non-object entry may be
+_NUMBER = float | None  # msgspec reads ints into float fields as numpy's astype does
+
+
+def _records(number: Any) -> tuple[type, type]:
+    """The event and args record types (msgspec Structs, untracked by the GC: they hold no
+    cycles), with ``number`` the type of ts, dur and the :data:`NUMBER_ARGS`."""
+    args = msgspec.defstruct(
+        "_Args",
+        [(attr, number if key in NUMBER_ARGS else Any, None) for attr, key in _ARG_FIELDS.items()],
+        rename=_ARG_FIELDS,
         gc=False,
     )
+    event = msgspec.defstruct(
+        "_Event",
+        [
+            *((k, Any, None) for k in TEXT_KEYS),
+            *((k, number, None) for k in ("ts", "dur")),
+            *((k, Any, None) for k in ("bind_id", "bp")),
+            ("id", Any, msgspec.UNSET),  # absent and null differ: flows fall back to bind_id
+            ("args", args | _JSON_OTHER, None),
+        ],
+        gc=False,
+    )
+    return event, args
 
 
-_Args = _struct("_Args", {attr: (key, None) for attr, key in _ARG_FIELDS.items()})
-_JSON_OTHER = int | float | str | bool | None | list  # what a non-object entry may be
-_Event = msgspec.defstruct(
-    "_Event",
-    [
-        *((k, Any, None) for k in (*TEXT_KEYS, "ts", "dur", "bind_id", "bp")),
-        ("id", Any, msgspec.UNSET),  # absent and null differ: flows fall back to bind_id
-        ("args", _Args | _JSON_OTHER, None),
-    ],
-    gc=False,
-)
+# Typed records: times and number args arrive as floats (NaN: absent), no infer/convert pass;
+# a run holding other values there (strings, booleans) is decoded again into untyped ones.
+_TypedEvent, _TypedArgs = _records(_NUMBER)
+_Event, _Args = _records(Any)
 # What infer_dtype says of object arrays holding only numbers (and None).
 _PLAIN_NUMBERS = ("integer", "floating", "mixed-integer-float", "empty")
 # Of flow and async events: ``id`` (async pairs), ``id`` else ``bind_id`` (flows), ``bp``.
 _ID_KEYS = ("id", "flow_id", "bp")
 _ATTR_OF = {key: attr for attr, key in _ARG_FIELDS.items()}
+_TYPED_DECODER = msgspec.json.Decoder(list[_TypedEvent | _JSON_OTHER])
 _DECODER = msgspec.json.Decoder(list[_Event | _JSON_OTHER])
 
 
@@ -104,16 +115,23 @@ class _Access:
     arg: Callable[[str, Iterable], Iterator]  # args key of args records -> values
     args_tuple: Callable[[tuple[str, ...], Iterable], Iterator]  # several keys -> tuples
     has_id: Callable[[Iterable], Iterator]  # whether each event has an "id" key (even null)
+    typed: bool = False  # times and number args decoded as floats (NaN: absent)
 
 
-_STRUCTS = _Access(
-    _Event,
-    _Args,
-    get=lambda key, events: map(attrgetter(key), events),
-    arg=lambda key, args: map(attrgetter(_ATTR_OF[key]), args),
-    args_tuple=lambda keys, args: map(attrgetter(*(_ATTR_OF[k] for k in keys)), args),
-    has_id=lambda events: map(is_not, map(attrgetter("id"), events), repeat(msgspec.UNSET)),
-)
+def _struct_access(event_type: type, args_type: type, typed: bool) -> _Access:
+    return _Access(
+        event_type,
+        args_type,
+        get=lambda key, events: map(attrgetter(key), events),
+        arg=lambda key, args: map(attrgetter(_ATTR_OF[key]), args),
+        args_tuple=lambda keys, args: map(attrgetter(*(_ATTR_OF[k] for k in keys)), args),
+        has_id=lambda events: map(is_not, map(attrgetter("id"), events), repeat(msgspec.UNSET)),
+        typed=typed,
+    )
+
+
+_TYPED = _struct_access(_TypedEvent, _TypedArgs, typed=True)
+_STRUCTS = _struct_access(_Event, _Args, typed=False)
 _DICTS = _Access(
     dict,
     dict,
@@ -203,12 +221,16 @@ def decode_run(path: Path, text: bytes) -> ColumnBuilder | None:
     if count_huge_ints(text):
         raise Unfit  # msgspec reads them exactly; the whole-document path counts them
     with paused_gc():
+        access = _TYPED
         try:
-            entries = _DECODER.decode(text)
+            try:
+                entries = _TYPED_DECODER.decode(text)
+            except msgspec.ValidationError:  # not numbers where numbers are expected
+                access, entries = _STRUCTS, _DECODER.decode(text)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None
         builder = ColumnBuilder()
-        builder.add_structs(Decoded(path, text, {}, entries))
+        builder._add(Decoded(path, text, {}, entries), access)
         return builder
 
 
@@ -255,22 +277,23 @@ class ColumnBuilder:
         self.n += other.n
         self.entries += other.entries
 
-    def add_structs(self, piece: Decoded) -> None:
-        """Add a piece decoded into ``_Event`` records (other JSON values are counted, skipped)."""
-        self._add(piece, _STRUCTS)
-
     def add_dicts(self, decoded: Decoded) -> None:
         """Add the event dicts of a whole-document decode."""
         self._add(decoded, _DICTS)
 
     def _add(self, piece: Decoded, access: _Access) -> None:
+        """Add a piece's events, decoded as ``access`` reads them (other JSON values are
+        counted and skipped)."""
         self.entries += len(piece.events)
         events = _objects_only(piece.events, access.event_type, self.counts)
         n = len(events)
         for key in TEXT_KEYS:
             self.text[key].add(_array(access.get(key, events), n))
         for key in ("ts", "dur"):
-            ns, ok = piece.times(key, _array(access.get(key, events), n))
+            if access.typed:
+                ns, ok = piece.float_times(key, np.fromiter(access.get(key, events), float, n))
+            else:
+                ns, ok = piece.times(key, _array(access.get(key, events), n))
             self.times[key].append(ns)
             self.times[f"{key}_ok"].append(ok)
         id_rows = np.flatnonzero(self.text["ph"].last_in(ID_PHASES))
@@ -298,16 +321,20 @@ class ColumnBuilder:
         if given:
             _count(self.counts, "events whose args is not a JSON object: args ignored", given)
         objects = args[with_args]
+        m = len(objects)
         for key in NUMBER_ARGS:
             numbers = np.full(n, np.nan)
-            numbers[with_args] = _numbers(_array(access.arg(key, objects), len(objects)))
+            if access.typed:
+                numbers[with_args] = np.fromiter(access.arg(key, objects), float, m)
+            else:
+                numbers[with_args] = _numbers(_array(access.arg(key, objects), m))
             self.numbers[key].append(numbers)
         meta = with_args[self.text["ph"].last_in(("M",))[with_args]]
         for key in META_ARGS:  # read from metadata events only
             self.values[key].add(_array(access.arg(key, args[meta]), len(meta)), self.n, meta)
         # The rare keys in one pass: a tuple per args object, unpacked where not all None.
-        tuples = _array(access.args_tuple(RARE_ARGS, objects), len(objects))
-        some = np.flatnonzero(np.fromiter(map(_NO_RARE_ARGS.__ne__, tuples), bool, len(tuples)))
+        tuples = _array(access.args_tuple(RARE_ARGS, objects), m)
+        some = np.flatnonzero(np.fromiter(map(_NO_RARE_ARGS.__ne__, tuples), bool, m))
         for j, key in enumerate(RARE_ARGS):
             values = _array((t[j] for t in tuples[some]), len(some))
             self.values[key].add(values, self.n, with_args[some])

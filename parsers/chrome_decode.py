@@ -81,24 +81,37 @@ class Decoded:
         Returns ``(ns, valid)`` as :func:`us_text_to_ns` does.
         """
         numeric = _numeric_mask(values)
-        fast = _small_exact_ns(values[numeric])
+        return self._exact_ns(key, numeric, values[numeric], values[~numeric])
+
+    def float_times(self, key: str, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """As :meth:`times`, for values decoded as float64 (NaN where the key is absent or null:
+        JSON has no NaN literal)."""
+        numeric = ~np.isnan(values)
+        return self._exact_ns(key, numeric, values[numeric], None)
+
+    def _exact_ns(
+        self, key: str, numeric: np.ndarray, numbers: np.ndarray, others: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Exact ns of the ``numbers`` (the values where ``numeric``) and of the ``others``
+        (text or missing values where not; None: all missing)."""
+        n = len(numeric)
+        fast = _small_exact_ns(numbers)
         if fast is not None:
-            ns, valid = np.zeros(len(values), dtype=np.int64), np.zeros(len(values), dtype=bool)
+            ns, valid = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
             ns[numeric], valid[numeric] = fast, True
-            if not numeric.all():
-                ns[~numeric], valid[~numeric] = us_text_to_ns(values[~numeric])  # text, missing
+            if others is not None and len(others):
+                ns[~numeric], valid[~numeric] = us_text_to_ns(others)
             return ns, valid
         texts = _TIME_NUMBER[key].findall(self.data)
-        if len(texts) == int(numeric.sum()):
+        if len(texts) == len(numbers):
             text = pa.array(texts, type=pa.binary()).cast(pa.string())
-            as_float = pd.to_numeric(pd.Series(values[numeric], dtype=object)).to_numpy(np.float64)
-            if np.array_equal(_text_floats(text), as_float):
-                ns = np.zeros(len(values), dtype=np.int64)
-                valid = np.zeros(len(values), dtype=bool)
+            if np.array_equal(_text_floats(text), _as_floats(numbers)):
+                ns, valid = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
                 ns[numeric], valid[numeric] = us_text_to_ns(text)
-                ns[~numeric], valid[~numeric] = us_text_to_ns(values[~numeric])  # text or missing
+                if others is not None:
+                    ns[~numeric], valid[~numeric] = us_text_to_ns(others)  # text or missing
                 return ns, valid
-        return us_text_to_ns(self._quoted_values(key, len(values)))
+        return us_text_to_ns(self._quoted_values(key, n))
 
     def _quoted_values(self, key: str, n: int) -> np.ndarray:
         """``key`` of every event object, from a copy whose time literals are quoted."""
@@ -208,6 +221,13 @@ def _small_exact_ns(values: np.ndarray) -> np.ndarray | None:
     if not np.array_equal(ns / 1000.0, v):
         return None
     return ns.astype(np.int64)
+
+
+def _as_floats(numbers: np.ndarray) -> np.ndarray:
+    """Decoded JSON numbers (objects or float64) as float64, as pandas converts them."""
+    if numbers.dtype == np.float64:
+        return numbers
+    return pd.to_numeric(pd.Series(numbers, dtype=object)).to_numpy(np.float64)
 
 
 def _text_floats(text: pa.StringArray) -> np.ndarray:

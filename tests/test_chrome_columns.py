@@ -79,6 +79,9 @@ TRICKY = [
     7,
     event(3, pid="Spans", tid=1.0),
     event(4, args={"Collective name": "allreduce", "In msg nelems": 4096, "Seq": "3"}),
+    # Not numbers where the typed records expect them: that run is decoded untyped.
+    event(5, ts="1700000000000000.5", args={"stream": "7", "device": True, "bytes": 2**60 + 1}),
+    event(6, dur=False, args={"correlation": [1], "External id": -0.0}),
 ]
 
 
