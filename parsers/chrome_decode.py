@@ -183,11 +183,21 @@ def _decode_sanitised(
 def count_huge_ints(data: bytes) -> int:
     """Integers outside int64/uint64: depending on its version orjson refuses them (we quote them)
     or reads them as floats; either way they are not exact integers any more."""
-    # Cheap pre-check (a regex scan of the whole text is several times slower): 20 digits in a row.
-    if b"0" * 20 not in data.translate(_DIGITS_AS_ZERO):
+    if not _may_hold_20_digits(data):
         return 0
     values = (int(m[1]) for m in _HUGE_INT.findall(data))
     return sum(1 for v in values if v > 2**64 - 1 or v < -(2**63))
+
+
+def _may_hold_20_digits(data: bytes) -> bool:
+    """False only when ``data`` has no 20 digits in a row (a regex scan is 10x slower)."""
+    # Such a run holds four consecutive multiples of 5: test those bytes first (a strided view,
+    # 5x smaller), and the whole text only where four in a row are digits.
+    every_fifth = np.frombuffer(data, dtype=np.uint8)[::5] - np.uint8(48)
+    d = every_fifth < 10
+    if not (d[:-3] & d[1:-2] & d[2:-1] & d[3:]).any():
+        return False
+    return b"0" * 20 in data.translate(_DIGITS_AS_ZERO)
 
 
 def _json_type(value) -> str:

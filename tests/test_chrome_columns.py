@@ -13,6 +13,7 @@ import pytest
 from tracediag.errors import TraceInputError
 from tracediag.parsers import chrome_chunks, chrome_json
 from tracediag.parsers.chrome_columns import EventColumns, read_whole
+from tracediag.parsers.chrome_decode import count_huge_ints
 from tracediag.parsers.chrome_stream import read_columns
 
 SAMPLES = Path(__file__).parents[1] / "sample_traces"
@@ -193,3 +194,13 @@ def test_damaged_documents_read_in_pieces_as_whole(seed):
         else:
             data[at] = int(rng.choice(list(b'{}[],:"\\0 x\n')))
     assert_same_outcome(Path("damaged.json"), bytes(data), 700)
+
+
+@pytest.mark.parametrize("digits", [19, 20, 21, 40])
+def test_integers_beyond_64_bits_are_found_at_every_alignment(digits):
+    """The strided pre-check of ``count_huge_ints`` never misses a run of 20 digits."""
+    for offset in range(12):
+        text = b'[{"a":' + b" " * offset + b"9" * digits + b"}]"
+        assert count_huge_ints(text) == (1 if digits >= 20 else 0), offset
+    # Digit-dense text with no long run is passed by the pre-check without a full scan.
+    assert count_huge_ints(b"1234567890123456789," * 1000) == 0
