@@ -85,15 +85,17 @@ def _records(number: Any) -> tuple[type, type]:
             *((k, number, None) for k in ("ts", "dur")),
             *((k, Any, None) for k in ("bind_id", "bp")),
             ("id", Any, msgspec.UNSET),  # absent and null differ: flows fall back to bind_id
-            ("args", args | _JSON_OTHER, None),
+            ("args", args | (None if number is _NUMBER else _JSON_OTHER), None),
         ],
         gc=False,
     )
     return event, args
 
 
-# Typed records: times and number args arrive as floats (NaN: absent), no infer/convert pass;
-# a run holding other values there (strings, booleans) is decoded again into untyped ones.
+# Typed records: times and number args arrive as floats (NaN: absent), every entry is an event
+# object and its args an object or null, so no infer/convert/type pass is needed; a run holding
+# other values (strings or booleans there, entries or args that are not objects) is decoded
+# again into untyped ones.
 _TypedEvent, _TypedArgs = _records(_NUMBER)
 _Event, _Args = _records(Any)
 # What infer_dtype says of object arrays holding only numbers (and None).
@@ -101,7 +103,7 @@ _PLAIN_NUMBERS = ("integer", "floating", "mixed-integer-float", "empty")
 # Of flow and async events: ``id`` (async pairs), ``id`` else ``bind_id`` (flows), ``bp``.
 _ID_KEYS = ("id", "flow_id", "bp")
 _ATTR_OF = {key: attr for attr, key in _ARG_FIELDS.items()}
-_TYPED_DECODER = msgspec.json.Decoder(list[_TypedEvent | _JSON_OTHER])
+_TYPED_DECODER = msgspec.json.Decoder(list[_TypedEvent])
 _DECODER = msgspec.json.Decoder(list[_Event | _JSON_OTHER])
 
 
@@ -285,7 +287,9 @@ class ColumnBuilder:
         """Add a piece's events, decoded as ``access`` reads them (other JSON values are
         counted and skipped)."""
         self.entries += len(piece.events)
-        events = _objects_only(piece.events, access.event_type, self.counts)
+        events = piece.events
+        if not access.typed:  # (typed decoding admits event objects only)
+            events = _objects_only(events, access.event_type, self.counts)
         n = len(events)
         for key in TEXT_KEYS:
             self.text[key].add(_array(access.get(key, events), n))
@@ -298,7 +302,9 @@ class ColumnBuilder:
             self.times[f"{key}_ok"].append(ok)
         id_rows = np.flatnonzero(self.text["ph"].last_in(ID_PHASES))
         if len(id_rows):
-            self._add_ids(_array(events, n)[id_rows], id_rows, access)
+            self._add_ids(
+                _array(map(events.__getitem__, id_rows.tolist()), len(id_rows)), id_rows, access
+            )
         self._add_args(_array(access.get("args", events), n), access)
         self.n += n
 
@@ -315,11 +321,14 @@ class ColumnBuilder:
     def _add_args(self, args: np.ndarray, access: _Access) -> None:
         """The ``args`` keys tracediag reads."""
         n = len(args)
-        types = _array(map(type, args), n)
-        with_args = np.flatnonzero(np.equal(types, access.args_type))
-        given = n - len(with_args) - int(np.equal(types, type(None)).sum())
-        if given:
-            _count(self.counts, "events whose args is not a JSON object: args ignored", given)
+        if access.typed:  # (typed decoding admits objects and null only)
+            with_args = np.flatnonzero(np.fromiter(map(is_not, args, repeat(None)), bool, n))
+        else:
+            types = _array(map(type, args), n)
+            with_args = np.flatnonzero(np.equal(types, access.args_type))
+            given = n - len(with_args) - int(np.equal(types, type(None)).sum())
+            if given:
+                _count(self.counts, "events whose args is not a JSON object: args ignored", given)
         objects = args[with_args]
         m = len(objects)
         for key in NUMBER_ARGS:
@@ -335,9 +344,9 @@ class ColumnBuilder:
         # The rare keys in one pass: a tuple per args object, unpacked where not all None.
         tuples = _array(access.args_tuple(RARE_ARGS, objects), m)
         some = np.flatnonzero(np.fromiter(map(_NO_RARE_ARGS.__ne__, tuples), bool, m))
-        for j, key in enumerate(RARE_ARGS):
-            values = _array((t[j] for t in tuples[some]), len(some))
-            self.values[key].add(values, self.n, with_args[some])
+        if len(some):
+            for key, values in zip(RARE_ARGS, zip(*tuples[some], strict=True), strict=True):
+                self.values[key].add(_array(values, len(some)), self.n, with_args[some])
 
     def finish(self, metadata: dict, rewritten: dict, drop_terminator: bool) -> EventColumns:
         """The columns of everything added; ``drop_terminator`` drops a final ``{}`` event."""
