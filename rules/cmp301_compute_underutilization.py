@@ -49,22 +49,24 @@ class ComputeUnderutilization(Rule):
     }
 
     def check(self, ctx, opts):
-        seg = ctx.segments
+        seg = ctx.path.segments
+        seg_rank = seg["rank"].to_numpy()
+        seg_start, seg_end = seg["start_ns"].to_numpy(), seg["end_ns"].to_numpy()
         for rank in sorted(device_ranks(ctx.trace)):  # a host-only rank has no engine to idle
-            on = seg[seg["rank"] == rank]
-            if not len(on):
+            mine = seg_rank == rank
+            if not mine.any():
                 continue
             mask = main_compute_mask(ctx, rank)
             ev = ctx.trace.events
             s = ev[S.TS].to_numpy()[mask]
             e = s + ev[S.DUR].to_numpy()[mask]
-            a, b = on["start_ns"].to_numpy(), on["end_ns"].to_numpy()
+            a, b = seg_start[mine], seg_end[mine]
             idle = (b - a) - interval_overlap(a, b, s, e)
             total = int((b - a).sum())
             idle_ns = int(idle.sum())
             if total == 0 or 100.0 * idle_ns / total < opts["min_idle_pct"]:
                 continue
-            why = on.assign(idle=idle)
+            why = seg[mine].assign(idle=idle)  # the rank's rows, copied only for a finding
             why = why[why["idle"] > 0]
             label = np.where(
                 why["category"].astype(str) == "compute",

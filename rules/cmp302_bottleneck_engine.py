@@ -58,12 +58,8 @@ class BottleneckEngine(Rule):
             by_rank.setdefault(int(k) // len(NEURON_ENGINES), {})[
                 str(names[int(k) % len(NEURON_ENGINES)])
             ] = int(v)
-        seg = ctx.segments
-        path_eng = (
-            seg[seg["category"].astype(str) == "compute"]
-            .groupby(["rank", "engine"])["dur_ns"]
-            .sum()
-        )
+        seg = ctx.path.segments
+        path_eng = seg[seg["category"] == "compute"].groupby(["rank", "engine"])["dur_ns"].sum()
         # One finding per bottleneck engine across the ranks it bounds (the fix is the same);
         # the path, which lives on one rank at a time, must run longer on it than on the
         # tensor engine.

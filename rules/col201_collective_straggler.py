@@ -51,8 +51,8 @@ class CollectiveStraggler(Rule):
         late = late[late["synchronous"]]
         if not len(late):
             return
-        seg = ctx.segments
-        skew = seg[seg["category"].astype(str) == "collective_skew"]
+        seg = ctx.path.segments
+        skew = seg[seg["category"] == "collective_skew"]
         graph = ctx.graph
         arrival_nodes = np.flatnonzero(graph.role == ARRIVAL)
         node_of = dict(

@@ -52,19 +52,22 @@ class ExposedCommunication(Rule):
     }
 
     def check(self, ctx, opts):
-        seg = ctx.segments
-        tr = seg[(seg["category"].astype(str) == "collective_transfer") & (seg["event"] >= 0)]
+        seg = ctx.path.segments
+        tr = seg[(seg["category"] == "collective_transfer") & (seg["event"] >= 0)]
         if not len(tr):
             return
         coll = ctx.trace.collectives.set_index(S.EVENT)
         tr = tr[tr["event"].isin(coll.index)]
         ev = ctx.trace.events
-        compute = ev[S.KIND] == "compute"
+        # The columns read, not a copy of every column of a rank's compute rows.
+        compute = (ev[S.KIND] == "compute").to_numpy()
+        ev_rank, ev_ts, ev_dur = ev[S.RANK].to_numpy(), ev[S.TS].to_numpy(), ev[S.DUR].to_numpy()
         exposed = np.zeros(len(tr), dtype=np.int64)
         for rank in tr["rank"].unique():
             mine = (tr["rank"] == rank).to_numpy()
-            c = ev[compute & (ev[S.RANK] == rank)]
-            s, e = c[S.TS].to_numpy(), (c[S.TS] + c[S.DUR]).to_numpy()
+            c = compute & (ev_rank == rank)
+            s = ev_ts[c]
+            e = s + ev_dur[c]
             a, b = tr["start_ns"].to_numpy()[mine], tr["end_ns"].to_numpy()[mine]
             exposed[mine] = (b - a) - interval_overlap(a, b, s, e)
         tr = tr.assign(

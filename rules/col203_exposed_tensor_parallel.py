@@ -84,10 +84,8 @@ class ExposedTensorParallel(Rule):
         tp = tp_collective_events(ctx)
         if not len(tp):
             return
-        seg = ctx.segments
-        seg = seg[
-            (seg["category"].astype(str) == "collective_transfer") & seg["event"].isin(tp[S.EVENT])
-        ]
+        seg = ctx.path.segments
+        seg = seg[(seg["category"] == "collective_transfer") & seg["event"].isin(tp[S.EVENT])]
         if not len(seg):
             return
         ev = ctx.trace.events
@@ -173,7 +171,7 @@ def _per_layer(ctx, tp: pd.DataFrame, seg: pd.DataFrame) -> dict[str, dict]:
     compute = ev[(ev[S.KIND] == "compute") & ev[S.RANK].isin(tp[S.RANK].unique())]
     compute_by_layer = compute[S.DUR].groupby(compute[S.LAYER].astype(str)).sum()
     path = ctx.segments
-    on_path = path.loc[path["category"].astype(str) == "compute", "dur_ns"]
+    on_path = path.loc[path["category"] == "compute", "dur_ns"]
     path_by_layer = on_path.groupby(path.loc[on_path.index, S.LAYER].astype(str)).sum()
     out = {}
     for layer, exposed in seg.groupby("layer")["exposed"].sum().items():

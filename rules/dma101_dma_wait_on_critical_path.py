@@ -41,12 +41,16 @@ class DmaWaitOnCriticalPath(Rule):
     }
 
     def check(self, ctx, opts):
-        dma_runs = runs(ctx.segments, {"dma_wait", "dma_transfer"})
+        # A finding's impact is part of the path's DMA time: when all of it is below the
+        # threshold, no group of runs reaches it (and no DMA table is needed).
+        if ctx.pct(ctx.path_ns("dma_wait", "dma_transfer")) < opts["min_impact_pct"]:
+            return
+        # The path's own columns are all ``runs`` reads (a narrower frame to slice).
+        dma_runs = runs(ctx.path.segments, {"dma_wait", "dma_transfer"})
         if not len(dma_runs):
             return
         seg = ctx.segments.reset_index(drop=True)
-        typical = typical_bandwidth(ctx.dma, opts["min_bytes_typical"])
-        usual_wait = dma_whatif.typical_trigger_wait(ctx)
+        typical = usual_wait = None  # computed for the first group that reaches the threshold
         dma_runs = _describe(dma_runs, seg, ctx.dma)
         for (rank, queue, layer), grp in dma_runs.groupby(
             ["rank", "queue", "layer"], dropna=False, sort=False
@@ -54,6 +58,9 @@ class DmaWaitOnCriticalPath(Rule):
             impact = int(grp["ns"].sum())
             if ctx.pct(impact) < opts["min_impact_pct"]:
                 continue
+            if typical is None:
+                typical = typical_bandwidth(ctx.dma, opts["min_bytes_typical"])
+                usual_wait = dma_whatif.typical_trigger_wait(ctx)
             rows = _cause_rows(ctx, int(rank), queue, layer, grp)
             typ = float(typical.get(queue, np.nan))
             ranks = _affected_ranks(ctx, rows, typ, opts["slow_ratio"], int(rank))
@@ -139,13 +146,17 @@ def _describe(dma_runs: pd.DataFrame, seg: pd.DataFrame, dma: pd.DataFrame) -> p
     waiter = dma_runs["waiter"].to_numpy()
     w_ok = waiter >= 0
     w = np.maximum(waiter, 0)
+
+    def at_waiter(col: str) -> np.ndarray:  # the waiters' rows only, not a whole column
+        return seg[col].iloc[w].to_numpy()
+
     out = dma_runs.assign(
         queue=np.where(has, at_first("queue"), ""),
         layer=np.where(has, at_first("layer"), None),
-        waiter_engine=np.where(w_ok, seg["engine"].to_numpy()[w], ""),
-        waiter_op=np.where(w_ok, seg["op"].to_numpy()[w] if "op" in seg else None, None),
+        waiter_engine=np.where(w_ok, at_waiter("engine"), ""),
+        waiter_op=np.where(w_ok, at_waiter("op") if "op" in seg else None, None),
     )
-    waiter_layer = np.where(w_ok, seg["layer"].to_numpy()[w] if "layer" in seg else None, None)
+    waiter_layer = np.where(w_ok, at_waiter("layer") if "layer" in seg else None, None)
     out["layer"] = np.where(pd.isna(out["layer"].to_numpy()), waiter_layer, out["layer"].to_numpy())
     return out
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tracediag import dma_whatif
+from tracediag import schema as S
 from tracediag.findings import Severity
 from tracediag.peers import typical_bandwidth
 from tracediag.rule import Rule, severity_by_saving
@@ -35,16 +36,22 @@ class SmallDmaTransfers(Rule):
     }
 
     def check(self, ctx, opts):
+        ev = ctx.trace.events
+        # Tested on the events' own columns first: without a small transfer the DMA table (a
+        # pass over every event) is not needed.
+        if S.BYTES not in ev:
+            return
+        is_dma = (ev[S.KIND] == "dma").to_numpy()
+        if not (is_dma & (ev[S.BYTES].to_numpy() < opts["max_bytes"])).any():
+            return
         dma = ctx.dma
         small = dma[dma["bytes"] < opts["max_bytes"]]
         if not len(small):
             return
         typical = typical_bandwidth(dma, opts["max_bytes"])
-        seg = ctx.segments
+        seg = ctx.path.segments
         path_ns = (
-            seg[seg["category"].astype(str).isin(["dma_wait", "dma_transfer"])]
-            .groupby("event")["dur_ns"]
-            .sum()
+            seg[seg["category"].isin(["dma_wait", "dma_transfer"])].groupby("event")["dur_ns"].sum()
         )
         # One finding per queue and layer across ranks: the same fragmentation on every rank is
         # one cause, and fixing it on one rank only would move the path to a peer.

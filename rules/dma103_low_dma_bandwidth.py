@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from tracediag import dma_whatif
 from tracediag.findings import Severity
@@ -37,6 +38,9 @@ class LowDmaBandwidth(Rule):
     }
 
     def check(self, ctx, opts):
+        # Only a queue peak makes a finding: without one on any rank, no queue can.
+        if not any(h is not None and h.dma_queue_bw for h in ctx.hardware.values()):
+            return
         dma = ctx.dma
         if dma["bytes"].isna().any():  # filtered only when needed: a copy of millions of rows
             dma = dma[dma["bytes"].notna()]
@@ -45,12 +49,17 @@ class LowDmaBandwidth(Rule):
         busy = busy_ns_by_group(
             dma["track"].to_numpy(), dma["ts"].to_numpy(), (dma["ts"] + dma["dur"]).to_numpy()
         )
-        per_track = dma.groupby("track").agg(
-            queue=("queue", "first"), rank=("rank", "first"), b=("bytes", "sum")
+        by_track = dma.groupby("track")  # one grouping, three reductions (no named-agg setup)
+        per_track = pd.DataFrame(
+            {
+                "queue": by_track["queue"].first(),
+                "rank": by_track["rank"].first(),
+                "b": by_track["bytes"].sum(),
+            }
         )
         per_track["busy"] = busy.reindex(per_track.index).to_numpy()
-        seg = ctx.segments
-        on_path = seg[seg["category"].astype(str).isin(["dma_wait", "dma_transfer"])]
+        seg = ctx.path.segments
+        on_path = seg[seg["category"].isin(["dma_wait", "dma_transfer"])]
         for queue, grp in per_track.groupby("queue"):
             peaks = [ctx.hardware.get(int(r)) for r in grp["rank"]]
             peak = min(

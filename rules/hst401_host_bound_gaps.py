@@ -41,10 +41,13 @@ class HostBoundGaps(Rule):
     }
 
     def check(self, ctx, opts):
-        seg = ctx.segments
+        seg = ctx.path.segments
+        on_host = (seg["category"] == "host").to_numpy()
+        if not on_host.any():  # before the events are scanned for device ranks
+            return
         # host time on the path of a rank without a device is its work, not a device's wait
         devices = list(device_ranks(ctx.trace))
-        host = seg[(seg["category"].astype(str) == "host") & seg["rank"].isin(devices)]
+        host = seg[on_host & seg["rank"].isin(devices).to_numpy()]
         if not len(host) or ctx.pct(host["dur_ns"].sum()) < opts["min_impact_pct"]:
             return
         nodes, typical = _host_stalls(ctx, opts["outlier_factor"])

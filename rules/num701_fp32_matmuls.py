@@ -49,25 +49,28 @@ class Fp32Matmuls(Rule):
         if not matmul.any():
             return
         dt = dtypes.event_dtypes(trace)
+        # Tested per dtype code (-1: unknown) and indexed by event, not per event's name.
+        each_code = pd.Categorical.from_codes(np.arange(-1, len(dt.categories)), dtype=dt.dtype)
+        slow_code = np.isin(dtypes.names(each_code), dtypes.SLOW)
+        slow = matmul & slow_code[dt.codes + 1]
+        if not slow.any():  # no matmul in a slow dtype: no need for the model's dtype per rank
+            return
         table = dtypes.tensor_work_by_dtype(trace, matmul, dt)
         fast_dtype = _model_dtype(table, opts["min_fast_share"])
         if not fast_dtype:
             return
         rank = ev[S.RANK].to_numpy()
-        dtype_name = dtypes.names(dt)
-        # Tested per dtype code (-1: unknown) and indexed by event, not per event's name.
-        each_code = pd.Categorical.from_codes(np.arange(-1, len(dt.categories)), dtype=dt.dtype)
-        slow_code = np.isin(dtypes.names(each_code), dtypes.SLOW)
-        slow = matmul & slow_code[dt.codes + 1] & np.isin(rank, list(fast_dtype))
+        slow &= np.isin(rank, list(fast_dtype))
         if not slow.any():
             return
+        dtype_name = dtypes.names(dt)
         factor = self._factors(ctx, rank, dtype_name, slow, fast_dtype)
         layer = (
             np.asarray(ev[S.LAYER].astype(object).fillna(""), dtype=object)
             if S.LAYER in ev
             else np.full(len(ev), "", dtype=object)
         )
-        seg = ctx.segments
+        seg = ctx.path.segments
         on_path = seg[seg["event"] >= 0].groupby("event")["dur_ns"].sum()
         ids = np.flatnonzero(slow)
         frame = pd.DataFrame(

@@ -76,7 +76,7 @@ class TransposeFlops(Rule):
             ok = nodes >= 0
             new = np.floor(ctx.graph.dur[nodes[ok]] * (1 - share[ok])).astype(np.int64)
             saving = ctx.what_if(WhatIf.durations(nodes[ok], new))
-            seg = ctx.segments
+            seg = ctx.path.segments
             on_path = seg[seg["event"] >= 0].groupby("event")["dur_ns"].sum()
             impact = int((on_path.reindex(ids).fillna(0).to_numpy() * share).sum())
             window_ids = ids

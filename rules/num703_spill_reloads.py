@@ -71,7 +71,7 @@ class SpillReloads(Rule):
             nodes = ctx.nodes_of(ids)
             ok = nodes >= 0
             saving = ctx.what_if(WhatIf.durations(nodes[ok], np.zeros(int(ok.sum()), np.int64)))
-            seg = ctx.segments
+            seg = ctx.path.segments
             on_path = seg[seg["event"] >= 0].groupby("event")["dur_ns"].sum()
             impact = int(on_path.reindex(ids).fillna(0).sum())
             busiest = pd.Series(ev[S.DUR].to_numpy()[ids]).groupby(track[ids]).sum().idxmax()

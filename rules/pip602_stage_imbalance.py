@@ -59,10 +59,10 @@ class StageImbalance(Rule):
         saving = ctx.what_if(
             WhatIf.durations(nodes, np.rint(ctx.graph.dur[nodes] * scale).astype(np.int64))
         )
-        seg = ctx.segments
+        seg = ctx.path.segments
         # The stage's time on the path: its compute, and the skew others wait at its Sends
         # for (which is its compute too, seen from the collective).
-        mine = seg["category"].astype(str).isin(["compute", "collective_skew"])
+        mine = seg["category"].isin(["compute", "collective_skew"])
         on_path = seg[mine & seg["rank"].isin(ranks)]
         impact = int(on_path["dur_ns"].sum() * (1.0 - scale))
         others = stages.drop(index=slow)

@@ -6,7 +6,7 @@ Built once per diagnosis by :func:`analyse`; rules never recompute any of it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
@@ -15,7 +15,7 @@ import pandas as pd
 from tracediag import hardware as hw
 from tracediag import schema as S
 from tracediag.breakdown import temporal_breakdown
-from tracediag.critical_path import CriticalPath, node_categories, walk
+from tracediag.critical_path import CriticalPath, node_categories, texts_by_code, walk
 from tracediag.findings import Finding, Severity
 from tracediag.graph import Graph, build_graph
 from tracediag.infer import wait_edges
@@ -38,10 +38,13 @@ class Analysis:
     hardware: dict[int, hw.Hardware | None]
     step_ns: dict[int, int]  # per rank: first start to last end of its graph events
     inferred: pd.DataFrame | None = None  # dependencies inferred from semaphore waits (infer.py)
-    segments: pd.DataFrame = field(init=False)  # path segments with their event's fields
 
-    def __post_init__(self) -> None:
-        self.segments = _segments_with_events(self.path.segments, self.trace)
+    @cached_property
+    def segments(self) -> pd.DataFrame:
+        """The path's segments with their event's fields (name, kind, layer, op, bytes, wait,
+        track name). Built on first use: its text columns cost a string per segment, so rules
+        that read only the path's own columns read ``path.segments``."""
+        return _segments_with_events(self.path.segments, self.trace)
 
     @cached_property
     def layout(self) -> Layout:
@@ -66,12 +69,19 @@ class Analysis:
     @cached_property
     def dma(self) -> pd.DataFrame:
         """DMA events with queue, bytes, bandwidth and the layer they feed (see peers.dma_frame)."""
-        return dma_frame(self.trace, self.ordinals, self.inferred)
+        # The whole trace's ordinals when a rule built them already; else the DMA tracks' only.
+        return dma_frame(self.trace, self.__dict__.get("ordinals"), self.inferred)
 
     @property
     def length_ns(self) -> int:
         """The critical path's length: the window's first start to its last end."""
         return self.path.length_ns
+
+    def path_ns(self, *categories: str) -> int:
+        """ns of the critical path in ``categories``. No finding's impact there exceeds it: a
+        rule whose threshold even this misses stops before its per-event work."""
+        seg = self.path.segments
+        return int(seg["dur_ns"].to_numpy()[seg["category"].isin(categories).to_numpy()].sum())
 
     def what_if(self, change: WhatIf) -> int:
         """ns the window would be shorter with ``change``, by replay (never negative)."""
@@ -125,15 +135,30 @@ def _segments_with_events(seg: pd.DataFrame, trace: S.Trace) -> pd.DataFrame:
     out = seg.copy()
     for col in (S.NAME, S.KIND, S.LAYER, S.OP):
         if col in ev:
-            vals = ev[col].iloc[idx].astype(object).to_numpy()  # the path's rows only
-            out[col] = np.where(has, vals, None)
+            out[col] = _path_texts(ev[col], idx, has)
     for col in (S.BYTES, S.WAIT):
         if col in ev:
             out[col] = np.where(has, ev[col].to_numpy()[idx], np.nan)
     names = trace.tracks[S.TRACK_NAME].astype(str).to_numpy()
     tr = seg["track"].to_numpy()
-    out["track_name"] = np.where(tr >= 0, names[np.maximum(tr, 0)] if len(names) else "", "")
+    if len(seg):
+        out["track_name"] = texts_by_code([*names, ""], np.where(tr >= 0, tr, len(names)))
+    else:  # an empty frame keeps the object column it always had
+        out["track_name"] = np.where(tr >= 0, names[np.maximum(tr, 0)] if len(names) else "", "")
     return out
+
+
+def _path_texts(col: pd.Series, idx: np.ndarray, has: np.ndarray):
+    """``col`` at rows ``idx``, missing where not ``has``: by category code for a categorical of
+    strings (see texts_by_code), else (or when every row is missing, which pandas keeps as an
+    object column) the values themselves."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cats = col.cat.categories
+        codes = np.where(has, col.cat.codes.to_numpy()[idx], -1)
+        if (codes >= 0).any() and pd.api.types.infer_dtype(cats, skipna=False) == "string":
+            return texts_by_code(cats, codes)
+    vals = col.iloc[idx].astype(object).to_numpy()  # the path's rows only
+    return np.where(has, vals, None)
 
 
 def step_times(graph: Graph) -> dict[int, int]:

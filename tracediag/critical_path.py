@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from tracediag import graph as G
 from tracediag import schema as S
@@ -62,8 +63,10 @@ class CriticalPath:
 
     def compute_by_engine(self) -> dict[str, int]:
         """ns of ``compute`` per engine or stream."""
-        seg = self.segments[self.segments["category"] == "compute"]
-        return {str(k): int(v) for k, v in seg.groupby("engine")["dur_ns"].sum().items()}
+        seg = self.segments
+        on = (seg["category"] == "compute").to_numpy()  # two columns sliced, not the frame
+        sums = seg["dur_ns"][on].groupby(seg["engine"][on]).sum()
+        return {str(k): int(v) for k, v in sums.items()}
 
 
 def node_categories(graph: G.Graph, trace: S.Trace) -> tuple[np.ndarray, np.ndarray]:
@@ -136,10 +139,10 @@ def walk(
         gap_cut[instance] = t_end  # no cut unless a skew is found below
         gap_cat[instance] = _CAT["collective_skew"]
         gap_node[instance] = parent[instance]
-        arrivals = _arrivals_by_instance(graph)
+        arrivals = _Arrivals(graph)
         for i in instance.tolist():
             p = int(parent[i])
-            others = arrivals.get(int(graph.coll_key[path[i]]), path[:0])
+            others = arrivals.of(int(graph.coll_key[path[i]]))
             others = others[others != p]
             if len(others):
                 med = int(np.median(start[others]))
@@ -167,16 +170,17 @@ def _bind_chain(bind: np.ndarray, start: np.ndarray, node: int, t0: int) -> np.n
     """The nodes from ``node`` back along binding edges, to one without a binding edge or
     one starting at or before ``t0`` (past it the path has nothing left to attribute).
 
-    Only the node ids are collected here (a tight loop); the attribution is computed on the
-    whole chain at once. The bound stops a malformed cycle.
+    Only the node ids are collected here, in a tight loop over Python lists (numpy's per-item
+    access costs more than the list conversions); the attribution is computed on the whole
+    chain at once. The bound stops a malformed cycle.
     """
-    parent, begin = bind.item, start.item
+    # A node at or before t0 ends the chain like a root: its parent reads -1.
+    parent = np.where(start <= t0, -1, bind).tolist()
     chain = []
-    for _ in range(len(bind)):
-        chain.append(node)
-        if begin(node) <= t0:
-            break
-        node = parent(node)
+    append = chain.append
+    for _ in range(len(parent)):
+        append(node)
+        node = parent[node]
         if node < 0:
             break
     return np.asarray(chain, dtype=np.int64)
@@ -188,14 +192,20 @@ def window_of(graph: G.Graph) -> tuple[int, int]:
     return int(graph.start[w].min()), int(graph.end[w].max())
 
 
-def _arrivals_by_instance(graph: G.Graph) -> dict[int, np.ndarray]:
-    arr = np.flatnonzero(graph.role == G.ARRIVAL)
-    if not len(arr):
-        return {}
-    keys = graph.coll_key[arr]
-    o = np.argsort(keys, kind="stable")
-    uniq, first = np.unique(keys[o], return_index=True)
-    return dict(zip(uniq.tolist(), np.split(arr[o], first[1:]), strict=True))
+class _Arrivals:
+    """The arrival nodes of each collective instance: sorted by instance once, each instance's
+    found by a search (no array per instance split off for the few the path crosses)."""
+
+    def __init__(self, graph: G.Graph):
+        arr = np.flatnonzero(graph.role == G.ARRIVAL)
+        keys = graph.coll_key[arr]
+        o = np.argsort(keys, kind="stable")
+        self.keys, self.nodes = keys[o], arr[o]
+
+    def of(self, key: int) -> np.ndarray:
+        lo = np.searchsorted(self.keys, key, side="left")
+        hi = np.searchsorted(self.keys, key, side="right")
+        return self.nodes[lo:hi]
 
 
 def _segments_frame(graph, trace, nodes, cats, a, b) -> pd.DataFrame:
@@ -206,7 +216,10 @@ def _segments_frame(graph, trace, nodes, cats, a, b) -> pd.DataFrame:
     rank = np.where(valid, graph.rank[safe], -1)
     track = np.where(valid, graph.track[safe], -1)
     engines = trace.tracks[S.ENGINE].astype(str).to_numpy()
-    engine = np.where(track >= 0, engines[np.maximum(track, 0)] if len(engines) else "", "")
+    if len(nodes):  # taken by code through Arrow (see texts_by_code)
+        engine = texts_by_code([*engines, ""], np.where(track >= 0, track, len(engines)))
+    else:  # typed as an empty frame of object columns always was
+        engine = np.where(track >= 0, engines[np.maximum(track, 0)] if len(engines) else "", "")
     start = np.asarray(a, dtype=np.int64)
     stop = np.asarray(b, dtype=np.int64)
     df = pd.DataFrame(
@@ -215,8 +228,8 @@ def _segments_frame(graph, trace, nodes, cats, a, b) -> pd.DataFrame:
             "event": event,
             "rank": rank,
             "track": track,
-            "category": pd.Categorical(
-                np.asarray(CATEGORIES)[np.asarray(cats, dtype=np.int64)], categories=CATEGORIES
+            "category": pd.Categorical.from_codes(
+                np.asarray(cats, dtype=np.int64), categories=CATEGORIES
             ),
             "engine": engine,
             "start_ns": start,
@@ -225,3 +238,13 @@ def _segments_frame(graph, trace, nodes, cats, a, b) -> pd.DataFrame:
         }
     )
     return df
+
+
+def texts_by_code(texts, codes: np.ndarray) -> pd.api.extensions.ExtensionArray:
+    """``texts[codes]`` (missing where a code is -1) as pandas' ``str`` column: what it infers
+    from an object array of these strings, built by one Arrow take of the few distinct texts
+    instead of a Python string per row converted (the path has a row per segment, 100k+)."""
+    taken = pa.array(np.asarray(texts, dtype=object), type=pa.large_string()).take(
+        pa.array(codes, mask=codes < 0)
+    )
+    return pd.arrays.ArrowStringArray(taken, dtype=pd.StringDtype("pyarrow", na_value=np.nan))

@@ -25,41 +25,47 @@ MAX_ROWS = 500
 
 def _device_events(
     trace: S.Trace, column: str, fallback: str | None = None
-) -> tuple[pd.DataFrame, np.ndarray]:
-    """Device events keyed by ``column`` (by ``fallback`` where ``column`` is empty), and the
-    keys' texts: ``key`` is an integer code into them, so the groupings run on integers, not on
-    a string per event. (Not in ``frame.attrs``: pandas deep-copies those into every result.)
+) -> tuple[pd.DataFrame, np.ndarray, list[str]]:
+    """Device events keyed by ``column`` (by ``fallback`` where ``column`` is empty), the keys'
+    texts and the kinds' texts: ``key`` and ``kind`` are integer codes into them, so the
+    groupings run on integers, not on a string per event. (Not in ``frame.attrs``: pandas
+    deep-copies those into every result.)
     """
     ev = trace.events
     if not len(ev) or (column not in ev and fallback is None):
-        return pd.DataFrame(columns=["key", "rank", "kind", "dur"]), np.zeros(0, dtype=object)
+        return pd.DataFrame(columns=["key", "rank", "kind", "dur"]), np.zeros(0, object), []
+    kind, kinds = _text_codes(ev[S.KIND])
+    rows = np.flatnonzero(np.append(np.isin(np.asarray(kinds, object), DEVICE_KINDS), False)[kind])
     columns = [c for c in (column, fallback) if c is not None and c in ev]
     coded = [_text_codes(ev[c]) for c in columns]
-    labels, unified = pd.factorize(np.concatenate([texts for _, texts in coded]))
-    key = np.full(len(ev), -1, dtype=np.int64)
+    labels, unified = pd.factorize(np.asarray([t for _, texts in coded for t in texts], object))
+    key = np.full(len(rows), -1, dtype=np.int64)
     offset = 0
     for codes, texts in coded:  # the first column that names an event wins
-        named = np.append(texts != "", False)[codes]  # code -1 (missing) is not named
+        codes = codes[rows].astype(np.int64)  # device events only; + offset needs room
+        named = np.append(np.asarray([t != "" for t in texts], bool), False)[codes]  # -1: missing
         fill = (key < 0) & named
         key[fill] = labels[offset + codes[fill]]
         offset += len(texts)
-    kind = S.strings(ev[S.KIND])
-    keep = (key >= 0) & np.isin(kind, DEVICE_KINDS)
+    keep = rows[key >= 0]
     frame = pd.DataFrame(
         {
-            "key": key[keep],
+            "key": key[key >= 0],
             "rank": ev[S.RANK].to_numpy()[keep],
             "kind": kind[keep],
             "dur": ev[S.DUR].to_numpy()[keep].astype(np.float64),
         }
     )
-    return frame, np.asarray(unified, dtype=object)
+    return frame, np.asarray(unified, dtype=object), kinds
 
 
-def _text_codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Per row a code into the returned texts (-1 where missing); categories as text."""
+def _text_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """Per row a code into the returned texts (-1 where missing). A categorical's own codes and
+    categories: no pass over a million rows to factorize what the column already holds."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy(), [str(c) for c in col.cat.categories]
     codes, uniques = pd.factorize(col)
-    return codes, np.asarray([str(u) for u in uniques], dtype=object)
+    return codes, [str(u) for u in uniques]
 
 
 def _stats(frame: pd.DataFrame, key: str) -> pd.DataFrame:
@@ -76,18 +82,32 @@ def _stats(frame: pd.DataFrame, key: str) -> pd.DataFrame:
 
 
 def _rows(
-    stats: pd.DataFrame, name: str, labels: np.ndarray, extra: pd.DataFrame | None = None
+    stats: pd.DataFrame,
+    name: str,
+    labels: np.ndarray,
+    kinds: tuple[np.ndarray, list[str]] | None = None,
 ) -> list[dict]:
+    """The rows of ``stats`` as dicts; ``kinds`` (per key a code into the kinds' texts, and the
+    texts) adds ``kind``. Read column by column (``iterrows`` builds a Series per row)."""
+    keys = stats.index.to_numpy()
+    columns = zip(
+        keys.tolist(),
+        stats["count"].to_numpy().tolist(),
+        stats["total_ns"].to_numpy(dtype=np.float64).tolist(),
+        stats["mean_ns"].to_numpy(dtype=np.float64).tolist(),
+        stats["std_ns"].to_numpy(dtype=np.float64).tolist(),
+        strict=True,
+    )
     rows = []
-    for key, r in stats.iterrows():  # at most MAX_ROWS rows, not events
+    for key, count, total, mean, std in columns:  # at most MAX_ROWS rows, not events
         row = {name: str(labels[key])}
-        if extra is not None:
-            row["kind"] = str(extra.at[key, "kind"])
+        if kinds is not None:
+            row["kind"] = kinds[1][kinds[0][key]]
         row.update(
-            count=int(r["count"]),
-            total_ns=int(round(r["total_ns"])),
-            mean_ns=round(float(r["mean_ns"]), 1),
-            std_ns=round(float(r["std_ns"]), 1),
+            count=int(count),
+            total_ns=int(round(total)),
+            mean_ns=round(mean, 1),
+            std_ns=round(std, 1),
         )
         rows.append(row)
     return rows
@@ -97,16 +117,20 @@ def op_durations(trace: S.Trace) -> list[dict]:
     """``[{op, kind, count, total_ns, mean_ns, std_ns}]`` over every instance on every rank;
     an event without an operator counts under its name (a DMA under its tensor, a collective
     under its operation)."""
-    ev, labels = _device_events(trace, S.OP, fallback=S.NAME)
+    ev, labels, kind_texts = _device_events(trace, S.OP, fallback=S.NAME)
     if not len(ev):
         return []
-    kinds = ev.groupby("key", sort=False)[["kind"]].first()
+    # Each key's kind: that of its first event (a hash pass, not a sort of every event).
+    first = ev["key"].drop_duplicates()
+    kind_of_key = np.zeros(len(labels), dtype=np.int64)
+    kind_of_key[first.to_numpy()] = ev["kind"].to_numpy()[first.index.to_numpy()]
+    kinds = (kind_of_key, kind_texts)
     return _rows(_stats(ev.rename(columns={"key": "op"}), "op"), "op", labels, kinds)
 
 
 def layer_durations(trace: S.Trace) -> list[dict]:
     """``[{layer, count, total_ns, mean_ns, std_ns}]``: samples are per-rank sums of the layer."""
-    ev, labels = _device_events(trace, S.LAYER)
+    ev, labels, _ = _device_events(trace, S.LAYER)
     if not len(ev):
         return []
     per_rank = ev.groupby(["key", "rank"], sort=False)["dur"].sum().reset_index()

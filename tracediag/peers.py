@@ -15,19 +15,21 @@ from tracediag import schema as S
 from tracediag.graph import stable_order_by
 
 
-def peer_track_names(trace: S.Trace) -> np.ndarray:
+def peer_track_names(trace: S.Trace, tracks: np.ndarray | None = None) -> np.ndarray:
     """Per track, a name equal for the same resource on every rank.
 
     Neuron engines and queues already are (``tensor``, ``qSyncIO0``). GPU streams drop the
     device (rank r runs on GPU r: ``gpu3/stream 7`` -> ``stream 7``); CPU threads, whose ids
     differ everywhere, become ``cpu thread #k`` by the order of their first event on the rank.
+    With ``tracks`` (a mask per track) only those tracks' names are asked for: unless one is a
+    CPU thread, the threads keep their own names (numbering them reads every event).
     """
     tr = trace.tracks
     names = (
         tr[S.TRACK_NAME].astype(str).str.replace(r"^gpu\d+/", "", regex=True).to_numpy(dtype=object)
     )
     cpu = (tr[S.TRACK_KIND].astype(str) == "cpu_thread").to_numpy()
-    if cpu.any():
+    if cpu.any() and (tracks is None or (cpu & tracks).any()):
         ev = trace.events
         first = (
             ev.groupby(S.TRACK, observed=True)[S.TS].min().reindex(np.arange(len(tr))).to_numpy()
@@ -48,26 +50,30 @@ def track_name_codes(names: np.ndarray) -> np.ndarray:
     return pd.factorize(names)[0].astype(np.int64)
 
 
-def event_ordinals(trace: S.Trace) -> np.ndarray:
+def event_ordinals(trace: S.Trace, tracks: np.ndarray | None = None) -> np.ndarray:
     """Per event: its position in time order among the events of its kind group on its track.
 
     Markers (annotations, CUPTI sync records) are counted apart from work: they sit at host
     times, in a different order on different ranks, and would push the work's ordinals out of
-    step with its peers'.
+    step with its peers'. With ``tracks`` (a mask per track) only the events on those tracks
+    are ranked, the same as in the whole table, and the others read -1: a caller that needs a
+    few tracks' ordinals sorts only their events.
     """
     ev = trace.events
     if not len(ev):
         return np.zeros(0, dtype=np.int64)
-    marker = (ev[S.KIND] == "marker").to_numpy(dtype=np.int64)
-    key = ev[S.TRACK].to_numpy().astype(np.int64) * 2 + marker
-    order = stable_order_by(key, ev[S.TS].to_numpy())  # ties: event order
+    track = ev[S.TRACK].to_numpy()
+    rows = np.flatnonzero(tracks[track]) if tracks is not None else np.arange(len(ev))
+    marker = (ev[S.KIND] == "marker").to_numpy(dtype=np.int64)[rows]
+    key = track[rows].astype(np.int64) * 2 + marker
+    order = stable_order_by(key, ev[S.TS].to_numpy()[rows])  # ties: event order
     k = key[order]
     first = np.r_[0, np.flatnonzero(k[1:] != k[:-1]) + 1]
     run_start = np.repeat(first, np.diff(np.r_[first, len(k)]))
-    out = np.empty(len(ev), dtype=np.int64)
-    out[order] = np.arange(len(ev)) - run_start
+    out = np.full(len(ev), -1, dtype=np.int64)
     # Markers never pair with work: their ordinals live above every work ordinal.
-    return out + marker * len(ev)
+    out[rows[order]] = np.arange(len(rows)) - run_start + marker[order] * len(ev)
+    return out
 
 
 def peer_events(trace: S.Trace, ordinals: np.ndarray, event_ids: np.ndarray) -> np.ndarray:
@@ -80,19 +86,24 @@ def peer_events(trace: S.Trace, ordinals: np.ndarray, event_ids: np.ndarray) -> 
 
 
 def dma_frame(
-    trace: S.Trace, ordinals: np.ndarray, inferred: pd.DataFrame | None = None
+    trace: S.Trace, ordinals: np.ndarray | None = None, inferred: pd.DataFrame | None = None
 ) -> pd.DataFrame:
     """DMA events with their queue, bytes, duration, achieved bandwidth and the layer they feed.
 
     The layer is the DMA's own when the format gives one, else the layer of the instruction
     its transfer feeds (explicit edge DMA -> instruction), back-filled along the queue so every
-    packet of a block carries its consumer's layer.
+    packet of a block carries its consumer's layer. ``ordinals`` (of :func:`event_ordinals`)
+    are ranked on the DMA events' tracks alone when not given.
     """
     ev = trace.events
     is_dma = (ev[S.KIND] == "dma").to_numpy()
     ids = np.flatnonzero(is_dma)
-    names = peer_track_names(trace)
     track = ev[S.TRACK].to_numpy()[ids]
+    on_dma_track = np.zeros(len(trace.tracks), dtype=bool)
+    on_dma_track[track] = True
+    names = peer_track_names(trace, on_dma_track)
+    if ordinals is None:
+        ordinals = event_ordinals(trace, on_dma_track)
     ts = ev[S.TS].to_numpy()[ids]
     df = pd.DataFrame(
         {

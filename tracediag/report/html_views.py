@@ -109,7 +109,7 @@ def _window(diagnosis) -> WindowView | None:
     ev = trace.events
     ts = ev[S.TS].to_numpy()
     end = ts + ev[S.DUR].to_numpy()
-    graph_kind = ev[S.KIND].to_numpy() != "marker"
+    graph_kind = (ev[S.KIND] != "marker").to_numpy()  # by category code, not a str per event
     inside = (end > t0) & (ts < t1) & np.isin(ev[S.RANK].to_numpy(), ranks) & graph_kind
     rows = np.flatnonzero(inside)
     if not len(rows):
@@ -126,7 +126,7 @@ def _window(diagnosis) -> WindowView | None:
     busy = np.bincount(track, weights=(x1 - x0), minlength=len(trace.tracks))
     lanes_tracks = [int(t) for t in np.argsort(-busy, kind="stable")[:MAX_LANES] if busy[t] > 0]
     tracks = trace.tracks
-    names = ev[S.NAME].to_numpy()[rows]
+    names = ev[S.NAME].iloc[rows].to_numpy()  # the window's rows only
     lanes = []
     for t in sorted(lanes_tracks, key=lambda t: (int(tracks.at[t, S.RANK]), t)):
         mine = np.flatnonzero(track == t)
