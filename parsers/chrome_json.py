@@ -122,6 +122,10 @@ def _flow_edges(
     """Flow arrows between kept slices, less those that repeat a launch edge."""
     edges = flow_edges(table.flows, slices, rows.thread)
     meta.count("flow points bound to no slice: skipped", edges.attrs.get("unbound", 0))
+    if not len(edges):  # e.g. only ac2g flows, left out: no launch edge to compare with
+        return pd.DataFrame(
+            {S.SRC: np.zeros(0, np.int64), S.DST: np.zeros(0, np.int64), S.EDGE_KIND: "flow"}
+        )
     pairs = edges[[S.SRC, S.DST]].merge(
         launches[[S.SRC, S.DST]].drop_duplicates(), how="left", on=[S.SRC, S.DST], indicator=True
     )
@@ -135,20 +139,12 @@ def _flow_edges(
     )
 
 
-def _kinds(kind: np.ndarray) -> pd.Categorical:
-    """``pd.Categorical(kind, categories=S.KINDS)`` by hashing each kind name once per row
-    (the constructor converts every row to an Arrow string first: several times slower)."""
-    codes, names = pd.factorize(kind)
-    per_name = np.append(pd.Index(S.KINDS).get_indexer(names), -1)  # code -1: missing
-    return pd.Categorical.from_codes(per_name[codes], categories=S.KINDS)
-
-
 def _events_frame(
     slices, rows: kineto.Rows, kind, op_row, step, layer, thread_names
 ) -> pd.DataFrame:
     n = len(slices)
     bytes_ = np.full(n, np.nan)
-    dma = np.flatnonzero(kind == "dma")
+    dma = np.flatnonzero(kind == kineto.KIND["dma"])
     bytes_[dma] = rows.args.number("bytes", dma)
     src_id = rows.corr.copy()
     no_corr = np.flatnonzero(~np.isfinite(src_id))
@@ -156,8 +152,8 @@ def _events_frame(
     src_id = np.where(np.isfinite(src_id) & (np.abs(src_id) < 2**62), src_id, -1).astype(np.int64)
     frame = pd.DataFrame(
         {
-            S.KIND: _kinds(kind),
-            S.NAME: kineto.names_of(rows, np.arange(n)),
+            S.KIND: pd.Categorical.from_codes(kind, categories=S.KINDS),
+            S.NAME: kineto.names_of(rows),
             S.TS: rows.ts,
             S.DUR: rows.end - rows.ts,
             S.BYTES: bytes_,
@@ -166,6 +162,8 @@ def _events_frame(
             S.STEP: step,
             S.SRC_ID: src_id,
             **kineto.track_columns(rows, thread_names),
-        }
+        },
+        copy=False,  # fresh arrays (or the reader's own, dropped after): neither copied nor
+        # consolidated into 2-D blocks
     )
     return frame

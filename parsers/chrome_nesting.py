@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+_SHALLOW = 16  # nesting levels up to which parents are found level by level (see below)
+
 
 class SliceNesting:
     """Nesting of slices per thread, for innermost-enclosing-slice queries.
@@ -40,13 +42,15 @@ class SliceNesting:
                 continue
             tq = t[q]
             k = np.searchsorted(s, tq, side="right") - 1
-            # Climb while the candidate closed before the point (and did not start at it).
-            while True:
-                kk = np.maximum(k, 0)
-                climb = (k >= 0) & (s[kk] != tq) & (e[kk] <= tq)
-                if not climb.any():
-                    break
-                k = np.where(climb, parent[kk], k)
+            # Climb while the candidate closed before the point (and did not start at it); each
+            # step looks only at the points still climbing.
+            todo = np.flatnonzero(k >= 0)
+            while len(todo):
+                kk = k[todo]
+                climb = (s[kk] != tq[todo]) & (e[kk] <= tq[todo])
+                todo = todo[climb]
+                k[todo] = parent[kk[climb]]
+                todo = todo[k[todo] >= 0]
             out[q] = np.where(k >= 0, rows[np.maximum(k, 0)], -1)
         return out
 
@@ -69,19 +73,39 @@ def _parents(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     pos = np.arange(m, dtype=np.int64)
     # Earlier slices closed by s_i: all ends <= s_i, less the zero-length slices at s_i that sort
     # at or after i (zero-length slices sort last among equal starts).
-    ends_le = np.searchsorted(np.sort(e), s, side="right")
-    group_last = np.searchsorted(s, s, side="right") - 1
-    zeros_at = np.searchsorted(np.sort(s[e == s]), s, side="right") - np.searchsorted(
-        np.sort(s[e == s]), s, side="left"
-    )
-    closed_before = ends_le - np.minimum(zeros_at, group_last - pos + 1)
-    depth = pos - closed_before
-    # Parent: the last earlier slice one level up.
+    closed_before = np.searchsorted(np.sort(e, kind="stable"), s, side="right")  # (nearly sorted)
+    zero_starts = s[e == s]  # sorted, as s is
+    if len(zero_starts):
+        new_start = np.r_[False, s[1:] != s[:-1]]
+        group_last = np.flatnonzero(np.r_[new_start[1:], True])[np.cumsum(new_start)]
+        zeros_at = np.searchsorted(zero_starts, s, side="right") - np.searchsorted(
+            zero_starts, s, side="left"
+        )
+        closed_before -= np.minimum(zeros_at, group_last - pos + 1)
+    return _last_one_level_up(pos - closed_before)
+
+
+def _last_one_level_up(depth: np.ndarray) -> np.ndarray:
+    """Per position, the last earlier position one level up (-1 where none or at the top).
+
+    Shallow nesting (the usual): a running maximum per level, a few vectorised passes each.
+    Deep nesting: one sort by (depth, position), where the wanted keys (one level up, same
+    position) are in order too."""
+    m = len(depth)
+    pos = np.arange(m, dtype=np.int64)
+    top = int(depth.max(initial=0))
+    if top <= _SHALLOW:
+        parent = np.full(m, -1, dtype=np.int64)
+        for level in range(1, top + 1):
+            last_up = np.maximum.accumulate(np.where(depth == level - 1, pos, -1))
+            at = depth == level
+            parent[at] = last_up[at]
+        return parent
     key = depth * (m + 1) + pos
     order = np.argsort(key, kind="stable")
     sorted_key = key[order]
-    want = (depth - 1) * (m + 1) + pos
-    c = np.searchsorted(sorted_key, want, side="left") - 1
+    c = np.empty(m, dtype=np.int64)
+    c[order] = np.searchsorted(sorted_key, sorted_key - (m + 1), side="left") - 1
     cand = order[np.maximum(c, 0)]
     ok = (depth > 0) & (c >= 0) & (depth[cand] == depth - 1) & (cand < pos)
     return np.where(ok, cand, -1)

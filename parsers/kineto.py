@@ -12,7 +12,7 @@ that name layers (:mod:`kineto_layers`); anything else is a marker. GPU slices s
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -29,6 +29,8 @@ COMM_KERNEL = re.compile(r"(?:^|[\s:])(?:nccl|rccl)", re.IGNORECASE)
 PROFILER_STEP = re.compile(r"^ProfilerStep\s*#\s*(\d+)$")
 GPU_WORK = ("kernel", "memcpy", "memset")
 GPU_FAMILIES = (*GPU_WORK, "gpu_sync", "gpu_marker")
+#: Code of each canonical kind in ``S.KINDS``: the passes compare small integers, not strings.
+KIND = {k: i for i, k in enumerate(S.KINDS)}
 
 
 def category_family(cat: str) -> str:
@@ -71,34 +73,71 @@ FAMILIES = (
 
 @dataclass
 class Rows:
-    """Per-slice arrays shared by the Kineto passes (slices already sanitised)."""
+    """Per-slice arrays shared by the Kineto passes (slices already sanitised).
+
+    Text columns are kept as categorical codes and categories (no object per row): the ``*_of``
+    methods give the text of some rows, NaN where a code is -1, as ``np.asarray`` of the
+    categorical would."""
 
     family: np.ndarray  # index into FAMILIES
-    name: np.ndarray  # object array of text
     name_codes: np.ndarray  # codes into name_categories: regexes run once per distinct name
     name_categories: np.ndarray
-    pid: np.ndarray
-    tid: np.ndarray
+    pid_codes: np.ndarray
+    tid_codes: np.ndarray
     thread: np.ndarray  # integer code of (gpu?, pid, tid): one per track
+    track_first: np.ndarray  # per thread code, its first row
     ts: np.ndarray
     end: np.ndarray
     args: RowArgs  # the args keys the passes read, per slice
     corr: np.ndarray  # args.correlation, NaN when absent
     on_gpu: np.ndarray
+    pid_categories: np.ndarray
+    tid_categories: np.ndarray
+    _per_name: dict = field(default_factory=dict, repr=False)  # pattern -> match per name
+
+    def name_of(self, rows: np.ndarray) -> np.ndarray:
+        """The names of the given rows (object array)."""
+        return _with_nan(self.name_categories)[self.name_codes[rows]]
+
+    def pid_of(self, rows: np.ndarray) -> np.ndarray:
+        """The pids (text) of the given rows (object array)."""
+        return _with_nan(self.pid_categories)[self.pid_codes[rows]]
+
+    def tid_of(self, rows: np.ndarray) -> np.ndarray:
+        """The tids (text) of the given rows (object array)."""
+        return _with_nan(self.tid_categories)[self.tid_codes[rows]]
 
     def where(self, *families: str, gpu: bool | None = None) -> np.ndarray:
         """Row positions of the given families (on the GPU or the CPU side when ``gpu`` is set)."""
-        mask = np.isin(self.family, [FAMILIES.index(f) for f in families])
+        mask = in_families(self.family, families)
         if gpu is not None:
             mask &= self.on_gpu == gpu
         return np.flatnonzero(mask)
 
     def matches(self, pattern: re.Pattern, rows: np.ndarray) -> np.ndarray:
-        """Whether each given row's name matches ``pattern`` (evaluated per distinct name)."""
-        per_name = np.array(
-            [bool(pattern.search(str(n))) for n in self.name_categories], dtype=bool
-        )
+        """Whether each given row's name matches ``pattern`` (evaluated once per distinct name,
+        and once per pattern for all the passes)."""
+        per_name = self._per_name.get(pattern)
+        if per_name is None:
+            per_name = np.array(
+                [bool(pattern.search(str(n))) for n in self.name_categories], dtype=bool
+            )
+            self._per_name[pattern] = per_name
         return per_name[self.name_codes[rows]] if len(per_name) else np.zeros(len(rows), dtype=bool)
+
+
+def in_families(family: np.ndarray, families: tuple[str, ...]) -> np.ndarray:
+    """Whether each family code is one of ``families``: an equality test per family (vectorised
+    compares of small integers beat a lookup table or ``np.isin`` several times)."""
+    mask = np.zeros(len(family), dtype=bool)
+    for f in families:
+        mask |= family == FAMILIES.index(f)
+    return mask
+
+
+def _with_nan(categories: np.ndarray) -> np.ndarray:
+    """Categories with a NaN appended, so that code -1 reads NaN."""
+    return np.append(np.asarray(categories, dtype=object), np.nan)
 
 
 def describe(slices: pd.DataFrame, args: ArgColumns) -> Rows:
@@ -109,55 +148,61 @@ def describe(slices: pd.DataFrame, args: ArgColumns) -> Rows:
         [FAMILIES.index(category_family(str(c))) for c in cat.categories] or [0], dtype=np.int8
     )
     family = per_cat[cat.codes]
-    on_gpu = np.isin(family, [FAMILIES.index(f) for f in GPU_FAMILIES])
+    on_gpu = in_families(family, GPU_FAMILIES)
     name = slices["name"].astype("category").array
     pid = slices["pid"].astype("category").array
     tid = slices["tid"].astype("category").array
-    thread = (
-        pd.DataFrame({"g": on_gpu, "p": pid.codes, "t": tid.codes})
-        .groupby(["g", "p", "t"], sort=False)
-        .ngroup()
-    )
+    # Tracks numbered in order of first appearance (as groupby(sort=False).ngroup() numbers
+    # them), from one integer key per row instead of a three-column groupby.
+    key = on_gpu.astype(np.int64) * (len(pid.categories) + 1) + pid.codes.astype(np.int64) + 1
+    key = key * (len(tid.categories) + 1) + tid.codes.astype(np.int64) + 1
+    thread, tracks = pd.factorize(key)
+    first = np.zeros(len(tracks), dtype=np.int64)
+    first[thread[::-1]] = np.arange(len(thread))[::-1]  # the last write, the first row, wins
     ts = slices[S.TS].to_numpy(dtype=np.int64)
     args = RowArgs(args, slices["pos"].to_numpy(dtype=np.int64))
     rows = Rows(
         family=family,
-        name=np.asarray(name, dtype=object),
         name_codes=name.codes,
         name_categories=np.asarray(name.categories, dtype=object),
-        pid=np.asarray(pid, dtype=object),
-        tid=np.asarray(tid, dtype=object),
-        thread=thread.to_numpy(dtype=np.int64),
+        pid_codes=pid.codes,
+        tid_codes=tid.codes,
+        thread=thread.astype(np.int64),
+        track_first=first,
         ts=ts,
         end=ts + slices[S.DUR].to_numpy(dtype=np.int64),
         args=args,
-        corr=np.full(len(slices), np.nan),
+        corr=np.where(
+            in_families(family, ("runtime", *GPU_FAMILIES)),
+            args.columns.number("correlation", args.pos),
+            np.nan,
+        ),
         on_gpu=on_gpu,
+        pid_categories=np.asarray(pid.categories, dtype=object),
+        tid_categories=np.asarray(tid.categories, dtype=object),
     )
-    has_corr = rows.where("runtime", *GPU_FAMILIES)
-    rows.corr[has_corr] = args.number("correlation", has_corr)
     return rows
 
 
 def event_kinds(rows: Rows) -> np.ndarray:
-    """The canonical kind of every slice."""
-    kind = np.full(len(rows.family), "marker", dtype=object)
+    """The canonical kind of every slice, as int8 codes into ``S.KINDS`` (see :data:`KIND`)."""
+    kind = np.full(len(rows.family), KIND["marker"], dtype=np.int8)
     kernels = rows.where("kernel", gpu=True)
-    kind[kernels] = np.where(rows.matches(COMM_KERNEL, kernels), "collective", "compute")
-    kind[rows.where("memcpy", "memset", gpu=True)] = "dma"
+    kind[kernels] = np.where(
+        rows.matches(COMM_KERNEL, kernels), KIND["collective"], KIND["compute"]
+    )
+    kind[rows.where("memcpy", "memset", gpu=True)] = KIND["dma"]
     calls = rows.where("runtime", gpu=False)
-    kind[calls] = np.where(rows.matches(SYNC_CALL, calls), "sync", "host")
+    kind[calls] = np.where(rows.matches(SYNC_CALL, calls), KIND["sync"], KIND["host"])
     return kind
 
 
 def track_columns(rows: Rows, thread_names: dict[tuple[str, str], str]) -> dict[str, np.ndarray]:
     """Track label, kind, engine, device and clock of every slice (one loop step per track)."""
-    n_tracks = int(rows.thread.max()) + 1 if len(rows.thread) else 0
-    first = np.zeros(n_tracks, dtype=np.int64)
-    first[rows.thread[::-1]] = np.arange(len(rows.thread))[::-1]
+    first = rows.track_first
+    n_tracks = len(first)
     label, kind, engine, device = [], [], [], []
-    for i in first:
-        pid, tid = rows.pid[i], rows.tid[i]
+    for i, pid, tid in zip(first, rows.pid_of(first), rows.tid_of(first), strict=True):
         if rows.on_gpu[i]:
             label.append(f"gpu{pid}/stream {tid}")
             kind.append("gpu_stream")
@@ -182,7 +227,8 @@ def track_columns(rows: Rows, thread_names: dict[tuple[str, str], str]) -> dict[
 def _per_track(values: list[str], thread: np.ndarray) -> pd.Categorical:
     """A per-row categorical column from one value per track."""
     codes, categories = pd.factorize(np.array(values, dtype=object))
-    return pd.Categorical.from_codes(codes[thread], categories=pd.Index(categories, dtype=object))
+    per_track = pd.Categorical.from_codes(codes, categories=pd.Index(categories, dtype=object))
+    return per_track.take(thread)  # takes the small codes: no per-row cast
 
 
 def launch_edges(rows: Rows) -> tuple[pd.DataFrame, np.ndarray]:
@@ -191,14 +237,27 @@ def launch_edges(rows: Rows) -> tuple[pd.DataFrame, np.ndarray]:
     calls = calls[np.isfinite(rows.corr[calls])]
     work = rows.where(*GPU_WORK, gpu=True)
     work = work[np.isfinite(rows.corr[work])]
-    by_corr = pd.Series(calls, index=rows.corr[calls])
-    by_corr = by_corr[~by_corr.index.duplicated(keep="first")]
-    src = by_corr.reindex(rows.corr[work]).to_numpy()
-    ok = ~np.isnan(src)
-    edges = pd.DataFrame({S.SRC: src[ok].astype(np.int64), S.DST: work[ok], S.EDGE_KIND: "launch"})
+    found = lookup(rows.corr[calls], rows.corr[work])
+    ok = found >= 0
+    src = calls[found[ok]]
+    edges = pd.DataFrame({S.SRC: src, S.DST: work[ok], S.EDGE_KIND: "launch"}, copy=False)
     launcher = np.full(len(rows.family), -1, dtype=np.int64)
-    launcher[work[ok]] = src[ok].astype(np.int64)
+    launcher[work[ok]] = src
     return edges, launcher
+
+
+def lookup(keys: np.ndarray, queries: np.ndarray, keep: str = "first") -> np.ndarray:
+    """Per query, the position in ``keys`` of the ``first`` (or ``last``) key equal to it, or -1;
+    NaN matches nothing. A sort and binary searches: keys (ids that grow with time) come nearly
+    sorted, which the stable sort exploits; a hash index costs more."""
+    at = np.flatnonzero(~np.isnan(keys))
+    if keep == "last":
+        at = at[::-1]
+    distinct, first = np.unique(keys[at], return_index=True)  # first occurrence (stable sort)
+    if not len(distinct):
+        return np.full(len(queries), -1, dtype=np.int64)
+    k = np.minimum(np.searchsorted(distinct, queries), len(distinct) - 1)
+    return np.where(distinct[k] == queries, at[first[k]], -1)
 
 
 def launching_ops(rows: Rows, launcher: np.ndarray) -> np.ndarray:
@@ -221,18 +280,19 @@ def launching_ops(rows: Rows, launcher: np.ndarray) -> np.ndarray:
     orphans = orphans[launcher[orphans] < 0]
     if len(orphans) and len(ops):
         ext = rows.args.number("External id", orphans)
-        by_ext = pd.Series(ops, index=rows.args.number("External id", ops))
-        by_ext = by_ext[~by_ext.index.duplicated(keep="last")]
-        named = by_ext.reindex(ext).to_numpy(dtype=np.float64)
-        trusted = np.isfinite(ext) & (ext != rows.corr[orphans]) & np.isfinite(named)
-        op_row[orphans] = np.where(trusted, np.nan_to_num(named, nan=-1), -1).astype(np.int64)
+        named = lookup(rows.args.number("External id", ops), ext, keep="last")
+        trusted = np.isfinite(ext) & (ext != rows.corr[orphans]) & (named >= 0)
+        op_row[orphans] = np.where(trusted, ops[np.maximum(named, 0)], -1)
     return op_row
 
 
-def names_of(rows: Rows, at: np.ndarray) -> pd.Categorical:
-    """The names of the slices at rows ``at`` (missing where -1), as ``pd.Categorical`` of those
-    names would give them (the names used, sorted), built from codes: no string is hashed."""
-    codes = np.where(at >= 0, rows.name_codes[np.maximum(at, 0)], -1)
+def names_of(rows: Rows, at: np.ndarray | None = None) -> pd.Categorical:
+    """The names of the slices at rows ``at`` (missing where -1; all rows when None), as
+    ``pd.Categorical`` of those names would give them (the names used, sorted), built from codes:
+    no string is hashed."""
+    codes = (
+        rows.name_codes if at is None else np.where(at >= 0, rows.name_codes[np.maximum(at, 0)], -1)
+    )
     used = np.flatnonzero(np.bincount(codes[codes >= 0], minlength=len(rows.name_categories)))
     names = rows.name_categories[used]
     order = np.argsort(names.astype(str), kind="stable")
@@ -250,11 +310,13 @@ def steps(rows: Rows, launcher: np.ndarray) -> np.ndarray:
         return step
     marks = marks[np.argsort(rows.ts[marks], kind="stable")]
     number = np.array(
-        [int(PROFILER_STEP.match(str(rows.name[i])).group(1)) for i in marks], dtype=np.float64
+        [int(PROFILER_STEP.match(str(n)).group(1)) for n in rows.name_of(marks)], dtype=np.float64
     )
-    k = np.searchsorted(rows.ts[marks], rows.ts[cpu], side="right") - 1
-    inside = (k >= 0) & (rows.ts[cpu] < rows.end[marks[np.maximum(k, 0)]])
-    step[cpu] = np.where(inside, number[np.maximum(k, 0)], np.nan)
+    start = rows.ts[cpu]
+    k = np.searchsorted(rows.ts[marks], start, side="right") - 1
+    at = np.maximum(k, 0)
+    inside = (k >= 0) & (start < rows.end[marks][at])
+    step[cpu] = np.where(inside, number[at], np.nan)
     gpu = np.flatnonzero(launcher >= 0)
     step[gpu] = step[launcher[gpu]]
     return step

@@ -17,7 +17,7 @@ import pandas as pd
 
 from tracediag import schema as S
 from tracediag.parsers.chrome_columns import COLLECTIVE_ARGS
-from tracediag.parsers.kineto import Rows
+from tracediag.parsers.kineto import KIND, Rows
 
 #: Normalised operation names, tried in order on the lower-cased letters of a name.
 _OPS = (
@@ -61,10 +61,10 @@ _DTYPE_BYTES = {
 
 def collective_rows(rows: Rows, kind: np.ndarray) -> pd.DataFrame:
     """The collectives table of one rank (canonical columns less ``coll_key`` and ``rank``)."""
-    coll = np.flatnonzero(kind == "collective")
+    coll = np.flatnonzero(kind == KIND["collective"])
     coll = coll[np.argsort(rows.ts[coll], kind="stable")]
     fields = _metadata(rows, coll)
-    names = rows.name[coll].astype(str)
+    names = rows.name_of(coll).astype(str)
     op = _map_unique(fields["Collective name"], _op_from_text)
     from_kernel = _map_unique(names, _op_from_kernel)
     op = np.where(op == "", from_kernel, op)
@@ -74,9 +74,7 @@ def collective_rows(rows: Rows, kind: np.ndarray) -> pd.DataFrame:
     seq = pd.to_numeric(pd.Series(fields["Seq"], dtype=object), errors="coerce").to_numpy(
         dtype=np.float64
     )
-    ordinal = (
-        pd.DataFrame({"g": group, "o": op}).groupby(["g", "o"], sort=False).cumcount().to_numpy()
-    )
+    ordinal = _ordinal(group, op)
     with_seq = np.char.add(
         np.char.add(np.where(pg != "", pg, group).astype(str), "|"), _int_text(seq)
     )
@@ -110,8 +108,8 @@ def _metadata(rows: Rows, coll: np.ndarray) -> dict[str, np.ndarray]:
     fields = {f: rows.args.value(f, coll) for f in COLLECTIVE_ARGS}
     if not len(coll):
         return fields
-    cpu = np.flatnonzero(~rows.on_gpu)
-    carriers = cpu[pd.notna(rows.args.value("Collective name", cpu))]
+    carriers = _rows_with(rows, "Collective name")
+    carriers = carriers[~rows.on_gpu[carriers]]
     if not len(carriers):
         return fields
     ext = rows.args.number("External id", coll)
@@ -128,15 +126,38 @@ def _metadata(rows: Rows, coll: np.ndarray) -> dict[str, np.ndarray]:
     return fields
 
 
+def _rows_with(rows: Rows, key: str) -> np.ndarray:
+    """The rows (sorted) whose args give ``key``: from the few positions that give it, not a
+    lookup per row."""
+    where = rows.args.columns.values[key][0]  # sorted event positions where the key is given
+    row_of_pos = np.full(int(max(rows.args.pos.max(initial=-1), where.max(initial=-1))) + 1, -1)
+    row_of_pos[rows.args.pos] = np.arange(len(rows.args.pos))
+    found = row_of_pos[where]
+    return np.sort(found[found >= 0])
+
+
 def _map_unique(values: np.ndarray, fn, missing: str = "") -> np.ndarray:
     """``fn`` of each value's text, evaluated once per distinct text; ``missing`` for None/NaN."""
     out = np.full(len(values), missing, dtype=object)
     present = pd.notna(values)
     if present.any():
         text = pd.Series(values[present], dtype=object).astype(str).to_numpy(dtype=object)
-        uniq, codes = np.unique(text, return_inverse=True)
+        codes, uniq = pd.factorize(text)
         out[present] = np.array([fn(u) for u in uniq], dtype=object)[codes]
     return out
+
+
+def _ordinal(group: np.ndarray, op: np.ndarray) -> np.ndarray:
+    """Per row, the number of earlier rows with its (group, op) (a cumcount by sorting codes)."""
+    if not len(group):
+        return np.zeros(0, dtype=np.int64)
+    g, o = pd.factorize(group)[0], pd.factorize(op)[0]
+    key = g * (o.max() + 1) + o
+    order = np.argsort(key, kind="stable")
+    new_key = np.r_[True, key[order][1:] != key[order][:-1]]
+    ordinal = np.empty(len(key), dtype=np.int64)
+    ordinal[order] = np.arange(len(key)) - np.flatnonzero(new_key)[np.cumsum(new_key) - 1]
+    return ordinal
 
 
 def _op_from_text(value: str) -> str:

@@ -43,7 +43,9 @@ def layers(rows: Rows, launcher: np.ndarray, op_row: np.ndarray) -> pd.Categoric
         inner = nesting.innermost(rows.thread[open_rows], rows.ts[open_rows])
         source[open_rows] = np.where(inner >= 0, ranges[np.maximum(inner, 0)], -1)
         # A range names its own layer, not a shorter one starting at the same time.
-        own = ranges[np.isin(ranges, open_rows)]
+        is_open = np.zeros(n, dtype=bool)
+        is_open[open_rows] = True
+        own = ranges[is_open[ranges]]
         source[own] = own
     gpu = rows.where(*GPU_WORK, gpu=True)
     from_op = gpu[(launcher[gpu] < 0) & (op_row[gpu] >= 0)]
@@ -57,17 +59,19 @@ def _labels(rows: Rows, source: np.ndarray) -> pd.Categorical:
     """Categorical of the layer names of the source ranges (missing where ``source`` is -1): an
     annotation's name, a module range's ``<Name>``."""
     n_names = len(rows.name_categories)
-    has = source >= 0
-    src = np.maximum(source, 0)
+    has = np.flatnonzero(source >= 0)  # the work is on the rows with a layer only
+    src = source[has]
     is_module = rows.family[src] == FAMILIES.index("python")
-    key = np.where(has, rows.name_codes[src] + is_module * n_names, -1)
-    used = np.unique(key[has])
+    key = rows.name_codes[src] + is_module * n_names
+    used = np.flatnonzero(np.bincount(key, minlength=2 * n_names))  # sorted, distinct
     # A loop over distinct range names, not events.
     label = [
         MODULE_RANGE.match(t).group(1) if k >= n_names else t
         for k, t in ((k, str(rows.name_categories[k % n_names])) for k in used)
     ]
     label_codes, categories = pd.factorize(np.array(label, dtype=object))
-    remap = np.full(2 * n_names + 1, -1, dtype=np.int64)  # the last entry serves key -1
+    remap = np.full(2 * n_names, -1, dtype=np.int64)
     remap[used] = label_codes
-    return pd.Categorical.from_codes(remap[key], categories=pd.Index(categories, dtype=object))
+    codes = np.full(len(source), -1, dtype=np.int64)
+    codes[has] = remap[key]
+    return pd.Categorical.from_codes(codes, categories=pd.Index(categories, dtype=object))

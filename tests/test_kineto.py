@@ -174,6 +174,22 @@ def test_event_sync_edges():
     ]  # record, call
 
 
+def test_sync_records_without_launched_gpu_work_give_no_edge(tmp_path):
+    """A sync call and record with GPU work none of which was launched (no correlation): no
+    edge to draw (this raised IndexError in the search for the recorded work)."""
+    doc = {
+        "traceEvents": [
+            X("kernel", "ncclKernel_AllReduce_RING_LL_Sum_float(x)", 1070.5, 5, pid=0, tid=7),
+            X("cuda_runtime", "cudaDeviceSynchronize", 1071, -1, pid=0, tid=22),
+            X("cuda_sync", "Device Synchronize", 1089.001, 0, pid=1234, tid=0),
+        ]
+    }
+    part, trace = read_one(write(tmp_path / "t.json", doc))
+    assert _edge_names(trace, "sync") == []
+    assert trace.events[S.KIND].astype(str).tolist() == ["collective", "sync", "marker"]
+    assert part.meta.repairs == {"events: negative duration clamped to 0": 1}
+
+
 def test_alexnet_stream_wait_and_synchronize_edges():
     _, trace = read_one(shared("kineto_alexnet_1rank.json.gz"))
     sync = _edge_names(trace, "sync")

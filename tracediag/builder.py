@@ -50,17 +50,25 @@ def sanitize_events(events: pd.DataFrame, meta: S.RankMeta, what: str = "events"
     Returns the frame with a fresh RangeIndex; callers that hold row references must remap them
     with the returned frame's ``orig_row`` column (the row's position before sanitizing).
     """
-    ts = pd.to_numeric(events[S.TS], errors="coerce").to_numpy(dtype="float64")
-    dur = pd.to_numeric(events[S.DUR], errors="coerce").to_numpy(dtype="float64")
+    ts, dur = _as_float(events[S.TS]), _as_float(events[S.DUR])
     bad = ~np.isfinite(ts) | ~np.isfinite(dur) | (np.abs(ts) > 2**62) | (np.abs(dur) > 2**62)
     meta.count(f"{what}: dropped, no valid timestamp or duration", int(bad.sum()))
     neg = ~bad & (dur < 0)
     meta.count(f"{what}: negative duration clamped to 0", int(neg.sum()))
     out = events.assign(orig_row=np.arange(len(events)))
-    out = out.loc[~bad].copy()
+    if bad.any():  # selecting rows copies every column: only when some go
+        out = out.loc[~bad].copy()
     out[S.TS] = _exact_int64(events[S.TS], ts)[~bad]
     out[S.DUR] = np.maximum(_exact_int64(events[S.DUR], dur)[~bad], 0)
     return out.reset_index(drop=True)
+
+
+def _as_float(col: pd.Series) -> np.ndarray:
+    """The column as float64, NaN where missing or not a number. ``to_numeric`` leaves numeric
+    columns as they are (it only rebuilds a nullable one): skipped for them."""
+    if pd.api.types.is_numeric_dtype(col.dtype) and not isinstance(col.dtype, pd.ArrowDtype):
+        return col.to_numpy(dtype="float64")
+    return pd.to_numeric(col, errors="coerce").to_numpy(dtype="float64")
 
 
 def _exact_int64(col: pd.Series, as_float: np.ndarray) -> np.ndarray:
