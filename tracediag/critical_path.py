@@ -170,15 +170,25 @@ def _bind_chain(bind: np.ndarray, start: np.ndarray, node: int, t0: int) -> np.n
     """The nodes from ``node`` back along binding edges, to one without a binding edge or
     one starting at or before ``t0`` (past it the path has nothing left to attribute).
 
-    Only the node ids are collected here, in a tight loop over Python lists (numpy's per-item
-    access costs more than the list conversions); the attribution is computed on the whole
-    chain at once. The bound stops a malformed cycle.
+    Only the node ids are collected here; the attribution is computed on the whole chain at
+    once. Numpy's per-item access is cheap for a chain much shorter than the graph (a device
+    trace's path: a few nodes in a hundred), a tight loop over a list of every node's parent
+    for a long one: the walk starts item by item and converts once it is long. The bound
+    (one step per node) stops a malformed cycle.
     """
     # A node at or before t0 ends the chain like a root: its parent reads -1.
-    parent = np.where(start <= t0, -1, bind).tolist()
-    chain = []
+    parent_of = np.where(start <= t0, -1, bind)
+    chain: list[int] = []
     append = chain.append
-    for _ in range(len(parent)):
+    by_item = min(len(parent_of), len(parent_of) // 16 + 1)
+    item = parent_of.item
+    for _ in range(by_item):
+        append(node)
+        node = item(node)
+        if node < 0:
+            return np.asarray(chain, dtype=np.int64)
+    parent = parent_of.tolist()
+    for _ in range(len(parent) - by_item):
         append(node)
         node = parent[node]
         if node < 0:

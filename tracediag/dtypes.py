@@ -177,8 +177,11 @@ def matmul_events(trace: S.Trace) -> np.ndarray:
     GPU matmul kernel."""
     ev = trace.events
     compute = (ev[S.KIND] == "compute").to_numpy(dtype=bool)
-    gpu = _on_engine(trace, "gpu")
-    return compute & (_on_engine(trace, "tensor") | (gpu & is_matmul_kernel(ev[S.NAME])))
+    out = compute & _on_engine(trace, "tensor")
+    gpu = compute & _on_engine(trace, "gpu")
+    if gpu.any():  # the names of GPU compute only: not a pattern search of every host op's name
+        out[gpu] |= is_matmul_kernel(_used(ev[S.NAME], gpu))
+    return out
 
 
 def event_dtypes(trace: S.Trace) -> pd.Categorical:
@@ -190,10 +193,16 @@ def event_dtypes(trace: S.Trace) -> pd.Categorical:
         if S.DTYPE in ev
         else pd.Categorical.from_codes(np.full(len(ev), -1, np.int8), categories=DTYPES)
     )
-    from_names = from_kernel_names(ev[S.NAME])
-    gpu = _on_engine(trace, "gpu")
-    codes = np.where((known.codes < 0) & gpu, from_names.codes, known.codes)
+    unknown_gpu = (known.codes < 0) & _on_engine(trace, "gpu")
+    codes = known.codes.copy()
+    if unknown_gpu.any():  # only the names of these events are searched for a dtype
+        codes[unknown_gpu] = from_kernel_names(_used(ev[S.NAME], unknown_gpu)).codes
     return pd.Categorical.from_codes(codes, categories=DTYPES)
+
+
+def _used(values: pd.Series, mask: np.ndarray) -> pd.Categorical:
+    """The rows of ``values`` in ``mask`` as a categorical of the categories they use."""
+    return _categorical(values)[mask].remove_unused_categories()
 
 
 def tensor_work_by_dtype(trace: S.Trace, mask: np.ndarray, dtypes: pd.Categorical) -> pd.DataFrame:

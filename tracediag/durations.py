@@ -35,28 +35,39 @@ def _device_events(
     if not len(ev) or (column not in ev and fallback is None):
         return pd.DataFrame(columns=["key", "rank", "kind", "dur"]), np.zeros(0, object), []
     kind, kinds = _text_codes(ev[S.KIND])
-    rows = np.flatnonzero(np.append(np.isin(np.asarray(kinds, object), DEVICE_KINDS), False)[kind])
+    device = np.append(np.isin(np.asarray(kinds, object), DEVICE_KINDS), False)[kind]
+    # None: every event (a device trace), read without gathering a copy of each column.
+    rows = None if device.all() else np.flatnonzero(device)
     columns = [c for c in (column, fallback) if c is not None and c in ev]
     coded = [_text_codes(ev[c]) for c in columns]
     labels, unified = pd.factorize(np.asarray([t for _, texts in coded for t in texts], object))
-    key = np.full(len(rows), -1, dtype=np.int64)
+    key = None
     offset = 0
     for codes, texts in coded:  # the first column that names an event wins
-        codes = codes[rows].astype(np.int64)  # device events only; + offset needs room
-        named = np.append(np.asarray([t != "" for t in texts], bool), False)[codes]  # -1: missing
-        fill = (key < 0) & named
-        key[fill] = labels[offset + codes[fill]]
+        # Per text its label (-1: empty), plus -1 for a missing value's code -1.
+        named = np.asarray([t != "" for t in texts], bool)
+        label = np.append(np.where(named, labels[offset : offset + len(texts)], -1), -1)
+        found = label[_pick(codes, rows)]
+        key = found if key is None else np.where(key < 0, found, key)
         offset += len(texts)
-    keep = rows[key >= 0]
+    if key is None:
+        key = np.full(len(ev) if rows is None else len(rows), -1, dtype=np.int64)
+    ok = key >= 0
+    keep = (None if ok.all() else np.flatnonzero(ok)) if rows is None else rows[ok]
     frame = pd.DataFrame(
         {
-            "key": key[key >= 0],
-            "rank": ev[S.RANK].to_numpy()[keep],
-            "kind": kind[keep],
-            "dur": ev[S.DUR].to_numpy()[keep].astype(np.float64),
+            "key": key if keep is None else key[ok],
+            "rank": _pick(ev[S.RANK].to_numpy(), keep),
+            "kind": _pick(kind, keep),
+            "dur": _pick(ev[S.DUR].to_numpy(), keep).astype(np.float64),
         }
     )
     return frame, np.asarray(unified, dtype=object), kinds
+
+
+def _pick(values: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+    """``values`` at ``rows`` (all of them where ``rows`` is None)."""
+    return values if rows is None else values[rows]
 
 
 def _text_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:

@@ -18,7 +18,8 @@ def runs(segments: pd.DataFrame, categories: set[str]) -> pd.DataFrame:
     delayed, -1 at the path's end) and ``ns_<category>`` per category.
     """
     seg = segments.reset_index(drop=True)
-    inside = seg["category"].astype(str).isin(categories).to_numpy()
+    # Tested per category, not by a string per segment (the column is categorical).
+    inside = seg["category"].isin(categories).to_numpy()
     if not inside.any():
         return pd.DataFrame(
             columns=["run", "first", "last", "rank", "start_ns", "end_ns", "ns", "waiter"]
@@ -39,7 +40,7 @@ def runs(segments: pd.DataFrame, categories: set[str]) -> pd.DataFrame:
     )
     for cat in sorted(categories):
         out[f"ns_{cat}"] = (
-            rows[rows["category"].astype(str) == cat]
+            rows[(rows["category"] == cat).to_numpy()]
             .groupby("run")["dur_ns"]
             .sum()
             .reindex(out.index)

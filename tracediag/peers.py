@@ -250,7 +250,9 @@ def busy_ns_by_group(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> p
     run_end = np.maximum.accumulate(e - base + lift) - lift + base
     prev_end = np.r_[base, run_end[:-1]]
     add = np.where(new_group, e - s, np.maximum(e - np.maximum(s, prev_end), 0))
-    return pd.Series(add).groupby(g).sum()
+    # The groups are contiguous once sorted: one reduction per run, no grouping by hash.
+    first = np.flatnonzero(new_group)
+    return pd.Series(np.add.reduceat(add, first), index=g[first])
 
 
 def median_of_others(group: np.ndarray, values: np.ndarray) -> np.ndarray:

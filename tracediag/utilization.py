@@ -23,26 +23,37 @@ def mfu_by_rank(
     if S.FLOPS not in ev or not len(ev):
         return out
     flops = ev[S.FLOPS].to_numpy(dtype=np.float64)
-    engine = trace.tracks[S.ENGINE].astype(str).to_numpy()[ev[S.TRACK].to_numpy()]
-    compute = (S.strings(ev[S.KIND]) == "compute") & np.isfinite(flops)
+    # Per track, then per event by the track's index: no engine or kind string per event.
+    tensor_track = trace.tracks[S.ENGINE].astype(str).to_numpy() == "tensor"
+    tensor = tensor_track[ev[S.TRACK].to_numpy()]
+    compute = _equals(ev[S.KIND], "compute") & np.isfinite(flops)
+    rank = ev[S.RANK].to_numpy()
     frame = pd.DataFrame(
         {
-            "rank": ev[S.RANK].to_numpy(),
-            "tensor": engine == "tensor",
             "flops": np.where(compute, flops, 0.0),
-            "tensor_flops": np.where(compute & (engine == "tensor"), flops, 0.0),
-            "has_tensor": compute & (engine == "tensor"),
+            "tensor_flops": np.where(compute & tensor, flops, 0.0),
         }
     )
-    per_rank = frame.groupby("rank").agg(
-        flops=("flops", "sum"),
-        tensor_flops=("tensor_flops", "sum"),
-        has_tensor=("has_tensor", "any"),
+    per_rank = frame.groupby(rank).sum()
+    has_tensor = set(np.unique(rank[compute & tensor]).tolist())
+    columns = zip(
+        per_rank.index.tolist(),
+        per_rank["flops"].tolist(),
+        per_rank["tensor_flops"].tolist(),
+        strict=True,
     )
-    for rank, row in per_rank.iterrows():  # one row per rank
-        main = row.tensor_flops if row.has_tensor else row.flops
-        peak = hardware.get(int(rank)).peak_flops if hardware.get(int(rank)) else 0.0
-        step = step_ns.get(int(rank), 0)
+    for r, all_flops, tensor_flops in columns:  # one row per rank
+        main = tensor_flops if r in has_tensor else all_flops
+        peak = hardware.get(r).peak_flops if hardware.get(r) else 0.0
+        step = step_ns.get(r, 0)
         if main > 0 and peak > 0 and step > 0:
-            out[int(rank)] = round(100.0 * main / (step * 1e-9 * peak), 2)
+            out[r] = round(100.0 * main / (step * 1e-9 * peak), 2)
     return out
+
+
+def _equals(col: pd.Series, text: str) -> np.ndarray:
+    """Per row: is the value ``text``? A categorical is tested per category, then by code."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        hit = np.asarray(col.cat.categories.astype(str), dtype=object) == text
+        return np.append(hit, False)[col.cat.codes.to_numpy()]  # code -1 (missing): False
+    return S.strings(col) == text
