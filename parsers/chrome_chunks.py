@@ -14,8 +14,10 @@ whole document instead.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import BinaryIO
 
 import orjson
@@ -28,6 +30,8 @@ _LEADING_SPACE = re.compile(rb"[\xef\xbb\xbf \t\r\n]*")
 _EMPTY_OBJECT_AT_END = re.compile(rb"\{\s*\}\s*\Z")
 # How many ']' from the end are tried as the end of the event array before giving up.
 _MAX_END_CANDIDATES = 8
+# How much is read at a time when looking for a cut in a file (most events are far smaller).
+_WINDOW_BYTES = 64 << 10
 # How far into the document "traceEvents" is looked for (Kineto puts kilobytes before it).
 _MAX_PREFIX_BYTES = 64 << 20
 
@@ -53,7 +57,7 @@ class Pieces:
         self.ends_with_empty_object = False
 
     def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
-        start, prefix, bare_list = self._start()
+        start, prefix, bare_list = _events_start(self.stream, self.piece_bytes)
         buf = bytearray(start)  # grows at the end, consumed at the front: no copy of the rest
         eof = cut = False
         while not eof:
@@ -82,23 +86,95 @@ class Pieces:
         elif cut:  # the array ends in ', ]': not JSON
             raise NotPlain
 
-    def _start(self) -> tuple[bytes, bytes, bool]:
-        """Read up to the event array: the bytes after its '[', what came before, bare list?"""
-        buf = b""
-        while True:
-            block = self.stream.read(self.piece_bytes)
-            buf += block
-            start = _LEADING_SPACE.match(buf).end()
-            if start < len(buf) and buf[start : start + 1] == b"[":
-                return buf[start + 1 :], b"", True
-            found = _TRACE_EVENTS.search(buf)
-            if found is not None:
-                prefix = buf[: found.end() - 1]
-                if not _is_top_level_key(prefix):
-                    raise NotPlain
-                return buf[found.end() :], prefix, False
-            if not block or len(buf) > _MAX_PREFIX_BYTES:
+
+class Spans:
+    """The runs of whole events of an uncompressed file, as ``(start, end)`` byte offsets of
+    the events between the brackets (read them with :func:`read_span`), cut as :class:`Pieces`
+    cuts: only the head, a window at each cut and the tail are read here, so that whoever
+    decodes a run reads its bytes itself (a helper process reads them from the file instead of
+    being sent them). The last run is handed out as bytes (``b"[...]"``): the tail was read to
+    find the array's end. Same attributes and errors as :class:`Pieces`.
+    """
+
+    def __init__(self, path: Path, piece_bytes: int) -> None:
+        self.path = path
+        self.piece_bytes = piece_bytes
+        self.metadata: dict = {}
+        self.ends_with_empty_object = False
+
+    def __iter__(self) -> Iterator[tuple[tuple[int, int] | bytes, bytes]]:
+        with open(self.path, "rb") as stream:
+            size = os.fstat(stream.fileno()).st_size
+            rest, prefix, bare_list = _events_start(stream, self.piece_bytes)
+            start = stream.tell() - len(rest)
+            cut = False
+            while start + 2 * self.piece_bytes < size:
+                found = _boundary_after(stream, start + self.piece_bytes)
+                if found is None:
+                    break
+                end, next_start, separator = found
+                yield (start, end), separator
+                start, cut = next_start, True
+            stream.seek(start)
+            tail = stream.read()
+        ends = _events_end(tail, prefix, bare_list)
+        if ends is None:
+            raise NotPlain
+        close, self.metadata = ends
+        if tail[:close].strip():
+            last = b"".join((b"[", tail[:close], b"]"))
+            self.ends_with_empty_object = _ends_with_empty_object(last)
+            yield last, b""
+        elif cut:  # the array ends in ', ]': not JSON
+            raise NotPlain
+
+
+def read_span(path: Path, span: tuple[int, int]) -> bytes:
+    """The run of events at ``span`` (see :class:`Spans`) of the file, as ``b"[...]"``."""
+    start, end = span
+    with open(path, "rb") as f:
+        f.seek(start)
+        body = f.read(end - start)
+    if len(body) != end - start:
+        raise EOFError(f"{path}: shorter than when it was cut")
+    return b"".join((b"[", body, b"]"))
+
+
+def _boundary_after(stream: BinaryIO, offset: int) -> tuple[int, int, bytes] | None:
+    """The first boundary between events found from ``offset``: where the run before it ends
+    (after the '}'), where the next starts (the '{') and the separator between; None at the end
+    of the file. Windows are read until one holds a boundary (one that straddles two windows
+    may be passed over for a later one: any boundary will do)."""
+    stream.seek(offset)
+    window = b""
+    searched = 0
+    while block := stream.read(_WINDOW_BYTES):
+        window += block
+        found = _BETWEEN_EVENTS.search(window, searched)
+        if found is not None:
+            end, next_start = offset + found.start() + 1, offset + found.end()
+            return end, next_start, window[found.start() + 1 : found.end()]
+        searched = max(0, len(window) - 1)
+    return None
+
+
+def _events_start(stream: BinaryIO, piece_bytes: int) -> tuple[bytes, bytes, bool]:
+    """Read up to the event array: the bytes after its '[', what came before, bare list?"""
+    buf = b""
+    while True:
+        block = stream.read(piece_bytes)
+        buf += block
+        start = _LEADING_SPACE.match(buf).end()
+        if start < len(buf) and buf[start : start + 1] == b"[":
+            return buf[start + 1 :], b"", True
+        found = _TRACE_EVENTS.search(buf)
+        if found is not None:
+            prefix = buf[: found.end() - 1]
+            if not _is_top_level_key(prefix):
                 raise NotPlain
+            return buf[found.end() :], prefix, False
+        if not block or len(buf) > _MAX_PREFIX_BYTES:
+            raise NotPlain
 
 
 def join_runs(first: bytes, separator: bytes, second: bytes) -> bytes:

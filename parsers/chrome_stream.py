@@ -1,7 +1,9 @@
 """Read a Chrome trace's events as columns, a piece at a time, sharing pieces with a helper.
 
-The document is streamed from the file (:class:`chrome_chunks.Pieces`), never held whole, and
-every run of events is decoded to columns (:func:`chrome_columns.decode_run`). Decoding is most
+The document is never held whole: an uncompressed file is cut into spans by reading only a
+window at each cut (:class:`chrome_chunks.Spans`), and whoever decodes a run reads its bytes
+itself; a compressed file or given bytes are streamed (:class:`chrome_chunks.Pieces`). Every
+run of events is decoded to columns (:func:`chrome_columns.decode_run`). Decoding is most
 of a big trace's reading time and pieces are independent, so when the loader allows two or more
 processes (:func:`tracediag.parallel.helper_processes`, from ``--jobs``) a pool of that many
 decodes them: runs go to it while each helper has fewer than three in hand (this process,
@@ -48,7 +50,7 @@ class _Slot:
     """A run handed out, with the separator after it and its result (a future while a helper
     decodes it; None when it did not decode)."""
 
-    run: bytes
+    run: bytes | tuple[int, int]  # the run's text, or its span of the file (chrome_chunks)
     separator: bytes
     result: Future | ColumnBuilder | None
 
@@ -62,9 +64,12 @@ def read_columns(
     Raises :class:`TraceInputError` as :func:`chrome_decode.decode` does for unusable documents.
     """
     helpers = parallel.helper_processes()
+    piece_bytes = piece_bytes or _PIECE_BYTES
     try:
+        if data is None and not fileio.is_gzip(path):  # runs read where they are decoded
+            return _read_in_pieces(path, chrome_chunks.Spans(path, piece_bytes), helpers)
         with _open(path, data) as stream:
-            return _read_in_pieces(path, stream, piece_bytes or _PIECE_BYTES, helpers)
+            return _read_in_pieces(path, chrome_chunks.Pieces(stream, piece_bytes), helpers)
     except (Unfit, chrome_chunks.NotPlain, OSError, EOFError, zlib.error):
         pass  # the whole-document path reads again and says what is wrong, if anything
     return read_whole(path, fileio.read_bytes(path) if data is None else data)
@@ -74,8 +79,25 @@ def _open(path: Path, data: bytes | None) -> BinaryIO:
     return io.BytesIO(data) if data is not None else fileio.open_content(path)
 
 
-def _read_in_pieces(path: Path, stream: BinaryIO, piece_bytes: int, helpers: int) -> EventColumns:
-    pieces = chrome_chunks.Pieces(stream, piece_bytes)
+def decode_piece(path: Path, run: bytes | tuple[int, int]) -> ColumnBuilder | None:
+    """:func:`decode_run` of a run given as its text or as its span of the file."""
+    return decode_run(path, _text(path, run))
+
+
+def _text(path: Path, run: bytes | tuple[int, int]) -> bytes:
+    return chrome_chunks.read_span(path, run) if isinstance(run, tuple) else run
+
+
+def _joined(path: Path, first: _Slot, second: _Slot) -> bytes | tuple[int, int]:
+    """One run of two consecutive ones (spans of the file stay a span)."""
+    if isinstance(first.run, tuple) and isinstance(second.run, tuple):
+        return first.run[0], second.run[1]
+    return chrome_chunks.join_runs(_text(path, first.run), first.separator, _text(path, second.run))
+
+
+def _read_in_pieces(
+    path: Path, pieces: chrome_chunks.Pieces | chrome_chunks.Spans, helpers: int
+) -> EventColumns:
     builder = ColumnBuilder()
     waiting: deque[_Slot] = deque()
     pool: ProcessPoolExecutor | None = None
@@ -86,12 +108,12 @@ def _read_in_pieces(path: Path, stream: BinaryIO, piece_bytes: int, helpers: int
             result = None
             if pool is not None and _in_hand(waiting) < _IN_HAND_PER_HELPER * helpers:
                 try:
-                    result = pool.submit(decode_run, path, run)
+                    result = pool.submit(decode_piece, path, run)
                 except BrokenProcessPool:  # a helper died: the rest is decoded here
                     pool.shutdown(wait=False)
                     pool, helpers = None, 0
             if result is None:
-                result = decode_run(path, run)
+                result = decode_piece(path, run)
             waiting.append(_Slot(run, separator, result))
             _append_ready(waiting, builder, path, final=False)
         _append_ready(waiting, builder, path, final=True)
@@ -118,7 +140,7 @@ def _append_ready(waiting: deque[_Slot], builder: ColumnBuilder, path: Path, fin
             try:
                 head.result = head.result.result()
             except BrokenProcessPool:  # the helper died (memory?): decode the run here
-                head.result = decode_run(path, head.run)
+                head.result = decode_piece(path, head.run)
         if head.result is None:  # a cut inside a string or nested array: join the next run
             if len(waiting) < 2:
                 if final:
@@ -126,8 +148,8 @@ def _append_ready(waiting: deque[_Slot], builder: ColumnBuilder, path: Path, fin
                 return
             waiting.popleft()
             after = waiting.popleft()
-            joined = chrome_chunks.join_runs(head.run, head.separator, after.run)
-            waiting.appendleft(_Slot(joined, after.separator, decode_run(path, joined)))
+            joined = _joined(path, head, after)
+            waiting.appendleft(_Slot(joined, after.separator, decode_piece(path, joined)))
             continue
         builder.extend(head.result)
         waiting.popleft()

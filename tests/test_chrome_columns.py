@@ -37,16 +37,20 @@ def assert_same(a: EventColumns, b: EventColumns) -> None:
             assert list(values) == list(theirs[key][1]), key
 
 
-def assert_same_outcome(path: Path, doc: bytes, piece_bytes: int) -> None:
-    """Read in pieces, ``doc`` gives the whole-document columns, or its very error line."""
+def assert_same_outcome(path: Path, doc: bytes, piece_bytes: int, on_disk: bool = False) -> None:
+    """Read in pieces, ``doc`` gives the whole-document columns, or its very error line;
+    ``on_disk``: ``doc`` is written to ``path`` and read from the file (as spans of it)."""
+    if on_disk:
+        path.write_bytes(doc)
+    data = None if on_disk else doc
     try:
         expected = read_whole(path, doc)
     except TraceInputError as exc:
         with pytest.raises(TraceInputError) as got:
-            read_columns(path, doc, piece_bytes)
+            read_columns(path, data, piece_bytes)
         assert str(got.value) == str(exc)
     else:
-        assert_same(read_columns(path, doc, piece_bytes), expected)
+        assert_same(read_columns(path, data, piece_bytes), expected)
 
 
 def runs(data: bytes, piece_bytes: int) -> list[bytes]:
@@ -118,6 +122,39 @@ def test_pieces_decode_as_the_whole_document(name, piece_bytes):
         assert_same(read_columns(sample, None, piece_bytes), read_whole(path, data))
 
 
+@pytest.mark.parametrize("name", list(documents()))
+@pytest.mark.parametrize("piece_bytes", [64, 997])
+def test_plain_files_are_cut_into_spans_read_where_decoded(
+    name, piece_bytes, tmp_path, monkeypatch
+):
+    """An uncompressed file is cut by reading small windows (here 16 bytes, so that windows
+    grow and boundaries straddle them) and each run is read from the file by its decoder."""
+    monkeypatch.setattr("tracediag.parsers.chrome_chunks._WINDOW_BYTES", 16)
+    data = documents()[name]
+    path = tmp_path / "t.json"
+    path.write_bytes(data)
+    spans = list(chrome_chunks.Spans(path, piece_bytes))
+    assert len(spans) > 5 and isinstance(spans[0][0], tuple)
+    assert_same(read_columns(path, None, piece_bytes), read_whole(path, data))
+
+
+def test_a_file_shorter_than_when_it_was_cut_is_read_whole(tmp_path, monkeypatch):
+    """A span beyond the file's end (it shrank while read) is not decoded as a shorter run:
+    the whole-document path reads what the file now holds."""
+    data = documents()["a line per event"]
+    path = tmp_path / "t.json"
+    path.write_bytes(data)
+    real_read_span = chrome_chunks.read_span
+
+    def shrink_then_read(p, span):
+        path.write_bytes(data[: len(data) // 2])
+        return real_read_span(p, span)
+
+    monkeypatch.setattr(chrome_chunks, "read_span", shrink_then_read)
+    with pytest.raises(TraceInputError, match="not valid JSON"):
+        read_columns(path, None, 997)
+
+
 def test_misplaced_cuts_are_moved_on():
     # Every event holds the cut pattern in a string and in a nested array of objects.
     events = [event(i, args={"s": "}, {", "l": [{"a": i}, {"b": i}]}) for i in range(200)]
@@ -174,15 +211,16 @@ def test_helper_processes_decoding_pieces_change_nothing(name, monkeypatch):
     assert_same(read_columns(Path(name), data, 512), read_whole(Path(name), data))
 
 
-def test_misplaced_cuts_are_joined_when_a_helper_decodes_too(monkeypatch):
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_misplaced_cuts_are_joined_when_a_helper_decodes_too(on_disk, tmp_path, monkeypatch):
     monkeypatch.setattr("tracediag.parallel.helper_processes", lambda: 2)
     events = [event(i, args={"s": "}, {", "l": [{"a": i}, {"b": i}]}) for i in range(300)]
     data = json.dumps({"traceEvents": events}).encode()
-    assert_same(read_columns(Path("t.json"), data, 300), read_whole(Path("t.json"), data))
+    assert_same_outcome(tmp_path / "t.json", data, 300, on_disk=on_disk)
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_damaged_documents_read_in_pieces_as_whole(seed):
+def test_damaged_documents_read_in_pieces_as_whole(seed, tmp_path):
     """Truncations and flipped bytes anywhere in a multi-piece document: the piecewise read
     gives exactly the whole-document outcome (its columns, or its error line)."""
     rng = np.random.default_rng(seed)
@@ -193,7 +231,8 @@ def test_damaged_documents_read_in_pieces_as_whole(seed):
             del data[at:]
         else:
             data[at] = int(rng.choice(list(b'{}[],:"\\0 x\n')))
-    assert_same_outcome(Path("damaged.json"), bytes(data), 700)
+    assert_same_outcome(tmp_path / "damaged.json", bytes(data), 700)
+    assert_same_outcome(tmp_path / "damaged.json", bytes(data), 700, on_disk=True)
 
 
 @pytest.mark.parametrize("digits", [19, 20, 21, 40])
