@@ -37,7 +37,7 @@ from tracediag.parsers.chrome_columns import (
 
 _PIECE_BYTES = 4 << 20
 # Helpers start once this many runs were seen: a small trace is not worth a process.
-_POOL_AFTER_RUNS = 2
+_POOL_AFTER_RUNS = 1
 # Runs a helper holds at most (queued or decoding): enough that it never waits for this
 # process, which also streams the file and joins the results.
 _IN_HAND_PER_HELPER = 3
