@@ -4,6 +4,7 @@
     python benchmarks/bench.py --case chrome-1M --repeat 3  # one case, best of 3
     python benchmarks/bench.py --case custom --fmt parquet --ranks 4 --scale 50
     python benchmarks/bench.py --suite all --json figures.json  # then: --markdown figures.json
+    python benchmarks/bench.py --case chrome-1M --paired 10   # floor, report, floor, ...: ratios
 
 Cases (see ``cases.py`` for the generator options behind the sizes): ``chrome-1M`` (a Kineto
 Chrome JSON of ~1M events, uncompressed), ``parquet-4x1M`` (Neuron Parquet, 4 ranks x ~1M device
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -152,6 +154,27 @@ def run_case(case: Case, stages: tuple[str, ...], out: Path, repeat: int) -> dic
     }
 
 
+def run_paired(case: Case, out: Path, pairs: int) -> None:
+    """Alternate the floor and ``report``, ``pairs`` times, and print each pair's wall-time
+    ratio and their median: on a shared machine whose speed drifts, a pair measured minutes
+    apart in a best-of-N table can compare a fast moment with a slow one."""
+    ensure(case, out, lambda m: print(m, file=sys.stderr, flush=True))
+    ratios = []
+    for i in range(pairs):
+        floor_wall = _measure(case, "floor", out, 1).wall
+        report_wall = _measure(case, "report", out, 1).wall
+        ratios.append(report_wall / floor_wall)
+        print(
+            f"{case.name} pair {i + 1}: floor {floor_wall:.2f} s, report {report_wall:.2f} s, "
+            f"ratio {ratios[-1]:.2f}",
+            flush=True,
+        )
+    print(
+        f"{case.name}: report / floor over {pairs} pairs: median {statistics.median(ratios):.2f}, "
+        f"range {min(ratios):.2f}-{max(ratios):.2f}"
+    )
+
+
 def _print_table(case: Case, size: int, results: dict[str, Result]) -> None:
     floor = results.get("floor")
     print(f"\n{case.name}: {case.about}; {size / 2**20:,.0f} MiB of {case.fmt} files")
@@ -218,6 +241,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset of stages")
     ap.add_argument("--repeat", type=int, default=1, help="runs per stage; the best is kept")
+    ap.add_argument(
+        "--paired",
+        type=int,
+        metavar="N",
+        help="instead of the table: alternate floor and report N times, print the ratios",
+    )
     ap.add_argument("--out", type=Path, default=REPO / "bench_out", help="generated files")
     ap.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     ap.add_argument(
@@ -244,6 +273,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := set(stages) - set(STAGES + OPTIONAL_STAGES):
         known = ", ".join(STAGES + OPTIONAL_STAGES)
         ap.error(f"unknown stages {sorted(unknown)}; known: {known}")
+    if args.paired:
+        for n in names:
+            run_paired(_custom(args) if n == "custom" else CASES[n], args.out, args.paired)
+        return 0
     print(f"{os.cpu_count()} CPUs; best of {args.repeat}")
     figures = [
         run_case(_custom(args) if n == "custom" else CASES[n], stages, args.out, args.repeat)
