@@ -146,15 +146,15 @@ def _boundary_after(stream: BinaryIO, offset: int) -> tuple[int, int, bytes] | N
     of the file. Windows are read until one holds a boundary (one that straddles two windows
     may be passed over for a later one: any boundary will do)."""
     stream.seek(offset)
-    window = b""
+    window = bytearray()  # appended in place: an event of many windows is not copied over
     searched = 0
     while block := stream.read(_WINDOW_BYTES):
         window += block
         found = _BETWEEN_EVENTS.search(window, searched)
         if found is not None:
             end, next_start = offset + found.start() + 1, offset + found.end()
-            return end, next_start, window[found.start() + 1 : found.end()]
-        searched = max(0, len(window) - 1)
+            return end, next_start, bytes(window[found.start() + 1 : found.end()])
+        searched = max(0, len(window) - 1)  # only the new bytes are searched again
     return None
 
 
