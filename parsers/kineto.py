@@ -20,6 +20,7 @@ import pandas as pd
 from tracediag import schema as S
 from tracediag.builder import TRACK_CLOCK, TRACK_DEVICE, TRACK_ENGINE, TRACK_KIND_COL, TRACK_LABEL
 from tracediag.parsers.chrome_columns import ArgColumns, RowArgs
+from tracediag.parsers.chrome_events import any_of
 from tracediag.parsers.chrome_nesting import SliceNesting
 
 #: Host calls that block until GPU work completes.
@@ -127,12 +128,8 @@ class Rows:
 
 
 def in_families(family: np.ndarray, families: tuple[str, ...]) -> np.ndarray:
-    """Whether each family code is one of ``families``: an equality test per family (vectorised
-    compares of small integers beat a lookup table or ``np.isin`` several times)."""
-    mask = np.zeros(len(family), dtype=bool)
-    for f in families:
-        mask |= family == FAMILIES.index(f)
-    return mask
+    """Whether each family code is one of ``families``."""
+    return any_of(family, [FAMILIES.index(f) for f in families])
 
 
 def _with_nan(categories: np.ndarray) -> np.ndarray:

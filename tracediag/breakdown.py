@@ -58,7 +58,7 @@ def temporal_breakdown(trace: S.Trace) -> pd.DataFrame:
     track_kind = trace.tracks[S.TRACK_KIND].astype(str).to_numpy()
     device_track = np.isin(track_kind, DEVICE_TRACK_KINDS)
     # Classify the few distinct kinds, then index by event (not a string test per event).
-    kinds, kind_code = _kind_codes(ev[S.KIND])
+    kinds, kind_code = S.text_codes(ev[S.KIND])
     category_of_kind = np.array(
         [_CODE.get(CATEGORY_OF_KIND.get(k, ""), -1) for k in kinds] + [-1], dtype=np.int8
     )
@@ -74,14 +74,6 @@ def temporal_breakdown(trace: S.Trace) -> pd.DataFrame:
 
 
 _CODE = {c: i for i, c in enumerate(CATEGORIES)}
-
-
-def _kind_codes(col: pd.Series) -> tuple[list, np.ndarray]:
-    """The distinct values of a column and each row's index into them (-1: missing)."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        return [str(c) for c in col.cat.categories], col.cat.codes.to_numpy()
-    codes, uniques = pd.factorize(col)
-    return [str(u) for u in uniques], codes
 
 
 def breakdown_of_intervals(

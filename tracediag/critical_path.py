@@ -74,7 +74,8 @@ def node_categories(graph: G.Graph, trace: S.Trace) -> tuple[np.ndarray, np.ndar
     n = len(graph)
     ev = graph.event
     # Category per distinct kind, then indexed per node (no string test per node).
-    kinds, kind_code = _value_codes(trace.events[S.KIND])
+    # A missing kind's code -1 reads the trailing "gap" appended below.
+    kinds, kind_code = S.text_codes(trace.events[S.KIND])
     own_of_kind = np.array(
         [_CAT[_OWN_CATEGORY[k]] if k in _OWN_CATEGORY else _CAT["gap"] for k in kinds]
         + [_CAT["gap"]],
@@ -95,17 +96,6 @@ def node_categories(graph: G.Graph, trace: S.Trace) -> tuple[np.ndarray, np.ndar
     gapc[po & cpu_track[tk_index]] = _CAT["host"]
     gapc[po & dma_track[tk_index]] = _CAT["dma_transfer"]
     return own, gapc
-
-
-def _value_codes(col: pd.Series) -> tuple[list[str], np.ndarray]:
-    """The distinct values of a column (as str) and each row's index into them; a missing
-    value gets ``len(values)``, one past the last."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        values, code = [str(c) for c in col.cat.categories], col.cat.codes.to_numpy()
-    else:
-        code, uniques = pd.factorize(col)
-        values = [str(u) for u in uniques]
-    return values, np.where(code >= 0, code, len(values))
 
 
 def walk(

@@ -34,16 +34,16 @@ def _device_events(
     ev = trace.events
     if not len(ev) or (column not in ev and fallback is None):
         return pd.DataFrame(columns=["key", "rank", "kind", "dur"]), np.zeros(0, object), []
-    kind, kinds = _text_codes(ev[S.KIND])
+    kinds, kind = S.text_codes(ev[S.KIND])
     device = np.append(np.isin(np.asarray(kinds, object), DEVICE_KINDS), False)[kind]
     # None: every event (a device trace), read without gathering a copy of each column.
     rows = None if device.all() else np.flatnonzero(device)
     columns = [c for c in (column, fallback) if c is not None and c in ev]
-    coded = [_text_codes(ev[c]) for c in columns]
-    labels, unified = pd.factorize(np.asarray([t for _, texts in coded for t in texts], object))
+    coded = [S.text_codes(ev[c]) for c in columns]
+    labels, unified = pd.factorize(np.asarray([t for texts, _ in coded for t in texts], object))
     key = None
     offset = 0
-    for codes, texts in coded:  # the first column that names an event wins
+    for texts, codes in coded:  # the first column that names an event wins
         # Per text its label (-1: empty), plus -1 for a missing value's code -1.
         named = np.asarray([t != "" for t in texts], bool)
         label = np.append(np.where(named, labels[offset : offset + len(texts)], -1), -1)
@@ -68,15 +68,6 @@ def _device_events(
 def _pick(values: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
     """``values`` at ``rows`` (all of them where ``rows`` is None)."""
     return values if rows is None else values[rows]
-
-
-def _text_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
-    """Per row a code into the returned texts (-1 where missing). A categorical's own codes and
-    categories: no pass over a million rows to factorize what the column already holds."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        return col.cat.codes.to_numpy(), [str(c) for c in col.cat.categories]
-    codes, uniques = pd.factorize(col)
-    return codes, [str(u) for u in uniques]
 
 
 def _stats(frame: pd.DataFrame, key: str) -> pd.DataFrame:

@@ -193,6 +193,16 @@ def strings(col: pd.Series) -> np.ndarray:
     return col.astype(object).where(col.notna(), None).to_numpy()
 
 
+def text_codes(col: pd.Series) -> tuple[list[str], np.ndarray]:
+    """A column's distinct values as str and each row's index into them (-1 where missing): a
+    categorical's own categories and codes (no pass over its rows), else a factorize. Classify
+    the few values, then index by code, instead of testing a string per row."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return [str(c) for c in col.cat.categories], col.cat.codes.to_numpy()
+    codes, uniques = pd.factorize(col)
+    return [str(u) for u in uniques], codes
+
+
 def empty_frame(columns: dict[str, str]) -> pd.DataFrame:
     """An empty frame with the given columns and dtypes."""
     return pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})

@@ -52,8 +52,6 @@ def mfu_by_rank(
 
 
 def _equals(col: pd.Series, text: str) -> np.ndarray:
-    """Per row: is the value ``text``? A categorical is tested per category, then by code."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        hit = np.asarray(col.cat.categories.astype(str), dtype=object) == text
-        return np.append(hit, False)[col.cat.codes.to_numpy()]  # code -1 (missing): False
-    return S.strings(col) == text
+    """Per row: is the value ``text``? Tested per distinct value, then indexed by code."""
+    texts, codes = S.text_codes(col)
+    return np.append(np.asarray(texts, dtype=object) == text, False)[codes]  # -1: False
