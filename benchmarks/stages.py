@@ -45,14 +45,14 @@ def _floor_parquet(files: list[Path]) -> int:
 
 
 def _load(inputs: list[str]):
-    from tracediag.loader import load
+    from tracediag.loading.loader import load
 
     return load(inputs, align=False, cache=False, jobs=1)  # serial: CPU time is all in-process
 
 
 def _align(trace) -> None:
-    from tracediag.align import align_clocks
-    from tracediag.matching import split_mismatched
+    from tracediag.loading.clock_alignment import align_clocks
+    from tracediag.loading.collective_matching import split_mismatched
 
     align_clocks(trace)
     split_mismatched(trace)
@@ -82,9 +82,9 @@ class _Timed:
 
 def run_stage(stage: str, inputs: list[str], files: list[str]) -> dict:
     """Run ``stage`` on the case's ``inputs`` (``files``: its data files, for the floors)."""
-    from tracediag.analysis import analyse
-    from tracediag.engine import diagnose
-    from tracediag.replay import WhatIf, replay
+    from tracediag.analysis.context import analyse
+    from tracediag.engine.diagnose import diagnose
+    from tracediag.graph.replay import WhatIf, replay
 
     floors = {"floor-orjson": _floor_json, "floor-parquet": _floor_parquet}
     if stage in floors:

@@ -3,7 +3,7 @@
 - ``sniff(path: Path) -> bool``: does this path hold this format? Decided by content (magic
   bytes, JSON keys, table files), never by extension alone; cheap (reads a head only).
 - ``read(path: Path) -> list[RankPart]``: the path's ranks as canonical parts
-  (:class:`tracediag.builder.RankPart`). Raises :class:`tracediag.errors.TraceInputError` naming
+  (:class:`tracediag.model.assembly.RankPart`). Raises :class:`tracediag.model.errors.TraceInputError` naming
   the file and the problem for unusable input; counts repaired rows in ``RankPart.meta``.
 """
 

@@ -33,7 +33,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracediag.errors import TraceInputError
+from tracediag.model.errors import TraceInputError
 
 # A ts/dur key followed by a JSON number; the number is captured (to be read or quoted).
 _NUMBER = rb"(-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"

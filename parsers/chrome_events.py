@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from tracediag import schema as S
+from tracediag.model import schema as S
 from tracediag.parsers.chrome_columns import ArgColumns, EventColumns, categorical_text
 from tracediag.parsers.chrome_nesting import SliceNesting
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tracediag import fileio
-from tracediag import schema as S
-from tracediag.builder import RankPart, sanitize_events
-from tracediag.errors import TraceInputError
-from tracediag.memory import release_free_memory
+from tracediag.io import files as fileio
+from tracediag.io.release_memory import release_free_memory
+from tracediag.model import schema as S
+from tracediag.model.assembly import RankPart, sanitize_events
+from tracediag.model.errors import TraceInputError
 from tracediag.parsers import kineto, kineto_layers
 from tracediag.parsers.chrome_decode import paused_gc
 from tracediag.parsers.chrome_events import flow_edges, tabulate

@@ -5,7 +5,7 @@ window at each cut (:class:`chrome_chunks.Spans`), and whoever decodes a run rea
 itself; a compressed file or given bytes are streamed (:class:`chrome_chunks.Pieces`). Every
 run of events is decoded to columns (:func:`chrome_columns.decode_run`). Decoding is most
 of a big trace's reading time and pieces are independent, so when the loader allows two or more
-processes (:func:`tracediag.parallel.helper_processes`, from ``--jobs``) a pool of that many
+processes (:func:`tracediag.loading.read_units.helper_processes`, from ``--jobs``) a pool of that many
 decodes them: runs go to it while each helper has fewer than three in hand (this process,
 which streams the file and joins the results, decodes a run itself only when they are all
 busy), and the results are appended in document order. A run that does not decode (a cut inside a string) is joined
@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from tracediag import fileio, parallel
-from tracediag.memory import release_free_memory
+from tracediag.io import files as fileio
+from tracediag.io.release_memory import release_free_memory
+from tracediag.loading import read_units as parallel
 from tracediag.parsers import chrome_chunks
 from tracediag.parsers.chrome_columns import (
     ColumnBuilder,

@@ -18,10 +18,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from tracediag import fileio
-from tracediag import schema as S
-from tracediag.builder import TRACK_DEVICE, TRACK_ENGINE, TRACK_KIND_COL, TRACK_LABEL, RankPart
-from tracediag.errors import TraceInputError
+from tracediag.io import files as fileio
+from tracediag.model import schema as S
+from tracediag.model.assembly import (
+    TRACK_DEVICE,
+    TRACK_ENGINE,
+    TRACK_KIND_COL,
+    TRACK_LABEL,
+    RankPart,
+)
+from tracediag.model.errors import TraceInputError
 from tracediag.parsers.neuron_events import TRIGGER_TS
 from tracediag.parsers.neuron_part import Piece, finish_part
 

@@ -17,8 +17,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from tracediag import schema as S
-from tracediag.builder import TRACK_CLOCK, TRACK_DEVICE, TRACK_ENGINE, TRACK_KIND_COL, TRACK_LABEL
+from tracediag.model import schema as S
+from tracediag.model.assembly import (
+    TRACK_CLOCK,
+    TRACK_DEVICE,
+    TRACK_ENGINE,
+    TRACK_KIND_COL,
+    TRACK_LABEL,
+)
 from tracediag.parsers.chrome_columns import ArgColumns, RowArgs
 from tracediag.parsers.chrome_events import any_of
 from tracediag.parsers.chrome_nesting import SliceNesting

@@ -15,7 +15,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracediag import schema as S
+from tracediag.model import schema as S
 from tracediag.parsers.chrome_columns import COLLECTIVE_ARGS
 from tracediag.parsers.kineto import KIND, Rows
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracediag import schema as S
+from tracediag.model import schema as S
 from tracediag.parsers.kineto import GPU_WORK, KIND, Rows
 
 _NO_STREAM = (-1, 2**32 - 1)  # "no stream" as Kineto writes it (int32 or uint32 -1)

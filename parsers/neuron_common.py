@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from tracediag import schema as S
+from tracediag.model import schema as S
 
 #: Engine spellings seen across Neuron tables and tools -> the canonical engine name.
 #: ``Pool`` is how CcOp/CcInstruction name the GpSimd engine as a trigger engine (inferred);

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracediag import schema as S
+from tracediag.model import schema as S
 from tracediag.parsers.neuron_common import column, ints, labels
 
 ERROR_COLUMNS = ["timestamp", "type", "description", "error_type_id", "metadata", "pcore_idx"]

@@ -12,9 +12,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracediag import dtypes
-from tracediag import schema as S
-from tracediag.builder import TRACK_DEVICE, TRACK_ENGINE, TRACK_KIND_COL, TRACK_LABEL
+from tracediag.model import numeric_formats as dtypes
+from tracediag.model import schema as S
+from tracediag.model.assembly import TRACK_DEVICE, TRACK_ENGINE, TRACK_KIND_COL, TRACK_LABEL
 from tracediag.parsers.neuron_common import (
     column,
     constant,
@@ -107,7 +107,7 @@ def instruction_events(df: pd.DataFrame, device: str) -> pd.DataFrame:
 def instruction_dtypes(df: pd.DataFrame) -> pd.Categorical:
     """Per instruction: the dtype its ``operands`` or ``instruction_chain`` name, unless
     ``adjusted_flops`` against ``raw_flops`` shows the FP32 or FP8 rate (the rate is what the
-    time depends on); the ratio alone where the text names none (see :mod:`tracediag.dtypes`)."""
+    time depends on); the ratio alone where the text names none (see :mod:`tracediag.model.numeric_formats`)."""
     n = len(df)
     rate = dtypes.from_flops_ratio(
         floats(column(df, "raw_flops"), n), floats(column(df, "adjusted_flops"), n)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tracediag import schema as S
+from tracediag.model import schema as S
 from tracediag.parsers.neuron_common import IdIndex, column, ints, labels
 from tracediag.parsers.neuron_events import times
 

@@ -31,10 +31,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tracediag import schema as S
-from tracediag.builder import RankPart
-from tracediag.errors import TraceInputError
-from tracediag.fileio import head
+from tracediag.io.files import head
+from tracediag.model import schema as S
+from tracediag.model.assembly import RankPart
+from tracediag.model.errors import TraceInputError
 from tracediag.parsers.neuron_common import column, device_of, ints, numeric_summary, rank_from_name
 from tracediag.parsers.neuron_errors import ERROR_COLUMNS, record_errors
 from tracediag.parsers.neuron_flow import EventIds

@@ -18,9 +18,9 @@ import pandas as pd
 import pyarrow as pa
 from pandas.api.types import infer_dtype
 
-from tracediag import schema as S
-from tracediag.errors import TraceInputError
-from tracediag.fileio import read_bytes
+from tracediag.io.files import read_bytes
+from tracediag.model import schema as S
+from tracediag.model.errors import TraceInputError
 from tracediag.parsers.neuron_common import column, floats
 
 #: Legacy key -> Parquet field name, per table (keys not listed keep their name).

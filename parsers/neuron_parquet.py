@@ -27,10 +27,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tracediag import schema as S
-from tracediag.builder import RankPart
-from tracediag.errors import TraceInputError
-from tracediag.fileio import head
+from tracediag.io.files import head
+from tracediag.model import schema as S
+from tracediag.model.assembly import RankPart
+from tracediag.model.errors import TraceInputError
 from tracediag.parsers.neuron_common import (
     device_of,
     natural_key,

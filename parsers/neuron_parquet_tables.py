@@ -14,8 +14,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracediag.errors import TraceInputError
-from tracediag.fileio import PARQUET_MAGIC
+from tracediag.io.files import PARQUET_MAGIC
+from tracediag.model.errors import TraceInputError
 
 #: Tables of the Explorer profile schema (reference version 7.4.0); other Parquet files in a
 #: directory do not make it a Neuron profile.

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from tracediag import schema as S
-from tracediag.builder import (
+from tracediag.model import schema as S
+from tracediag.model.assembly import (
     TRACK_DEVICE,
     TRACK_ENGINE,
     TRACK_KIND_COL,

@@ -14,7 +14,7 @@ Perfetto reader maps a Neuron system trace (:mod:`perfetto_tracks`):
 - hardware events on the NeuronCore clock are moved to the host clock with the worker's
   ``timestamp_sync_point`` (:func:`perfetto_system.hardware_to_host_clock`); the sync points are
   kept in ``meta.info["clock_sync_points"]`` (``[rank, nc_ns, cpu_ns]``) for the join with the
-  device profiles of the same job (:mod:`tracediag.system_join`);
+  device profiles of the same job (:mod:`tracediag.loading.system_join`);
 - events sharing a ``flow_id`` are chained by ``flow`` edges in time order.
 """
 
@@ -25,9 +25,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tracediag import schema as S
-from tracediag.builder import TRACK_DEVICE, TRACK_ENGINE, TRACK_KIND_COL, TRACK_LABEL, RankPart
-from tracediag.errors import TraceInputError
+from tracediag.model import schema as S
+from tracediag.model.assembly import (
+    TRACK_DEVICE,
+    TRACK_ENGINE,
+    TRACK_KIND_COL,
+    TRACK_LABEL,
+    RankPart,
+)
+from tracediag.model.errors import TraceInputError
 from tracediag.parsers.neuron_common import ints
 from tracediag.parsers.neuron_part import Piece, finish_part
 from tracediag.parsers.perfetto_system import (

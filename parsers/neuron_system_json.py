@@ -17,9 +17,9 @@ from pathlib import Path
 import orjson
 import pandas as pd
 
-from tracediag.builder import RankPart
-from tracediag.errors import TraceInputError
-from tracediag.fileio import head, read_bytes
+from tracediag.io.files import head, read_bytes
+from tracediag.model.assembly import RankPart
+from tracediag.model.errors import TraceInputError
 from tracediag.parsers.neuron_system import HARDWARE_SOURCE, system_parts
 from tracediag.parsers.perfetto_system import CPU_FIELD, NC_FIELD
 

@@ -17,8 +17,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracediag.builder import RankPart
-from tracediag.errors import TraceInputError
+from tracediag.model.assembly import RankPart
+from tracediag.model.errors import TraceInputError
 from tracediag.parsers.neuron_parquet_tables import (
     first_row,
     is_profile_dir,

@@ -19,15 +19,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tracediag import schema as S
-from tracediag.builder import (
+from tracediag.model import schema as S
+from tracediag.model.assembly import (
     TRACK_DEVICE,
     TRACK_ENGINE,
     TRACK_KIND_COL,
     TRACK_LABEL,
     RankPart,
 )
-from tracediag.errors import TraceInputError
+from tracediag.model.errors import TraceInputError
 from tracediag.parsers import perfetto_collectives as C
 from tracediag.parsers import perfetto_events as E
 from tracediag.parsers.neuron_common import rank_from_name

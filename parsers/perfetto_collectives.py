@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracediag import schema as S
+from tracediag.model import schema as S
 from tracediag.parsers.neuron_events import cc_collectives
 
 TEXT_FIELDS = ("operation", "algorithm", "dtype", "trigger_engine", "replica_group")

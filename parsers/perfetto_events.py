@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracediag import schema as S
+from tracediag.model import schema as S
 from tracediag.parsers.chrome_events import pair_stack
 from tracediag.parsers.neuron_common import IdIndex
 from tracediag.parsers.perfetto_decode import (

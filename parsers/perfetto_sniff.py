@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracediag import fileio
+from tracediag.io import files as fileio
 from tracediag.parsers.perfetto_stream import MAX_RECORD_BYTES, FramingError, varint
 
 SNIFF_BYTES = 1 << 16

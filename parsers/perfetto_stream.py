@@ -5,7 +5,7 @@ or not). :func:`packets` reads it in chunks, finds the record boundaries, decode
 complete records in one protobuf call and yields the packets with their byte offsets, so memory
 stays bounded by the chunk size whatever the file size. ``compressed_packets`` bundles (zlib
 deflate of more records) are expanded in place. Framing or decoding problems raise
-:class:`~tracediag.errors.TraceInputError` naming the file, the byte offset and the problem.
+:class:`~tracediag.model.errors.TraceInputError` naming the file, the byte offset and the problem.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import BinaryIO
 
 from google.protobuf.message import DecodeError
 
-from tracediag.errors import TraceInputError
-from tracediag.fileio import GZIP_MAGIC
+from tracediag.io.files import GZIP_MAGIC
+from tracediag.model.errors import TraceInputError
 from tracediag.parsers.protos.perfetto_trace_pb2 import Trace, TracePacket
 
 CHUNK_BYTES = 1 << 22

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracediag import schema as S
-from tracediag.builder import TRACK_KIND_COL
+from tracediag.model import schema as S
+from tracediag.model.assembly import TRACK_KIND_COL
 
 SYNC_POINT = "timestamp_sync_point"
 CPU_FIELD, NC_FIELD = "cpu_timestamp_ns", "nc_timestamp_ns"
@@ -38,7 +38,7 @@ def hardware_to_host_clock(
     )
     if not len(points):
         return
-    # Kept for the join with the device profiles of the same job (tracediag.system_join).
+    # Kept for the join with the device profiles of the same job (tracediag.loading.system_join).
     info["clock_sync_points"] = (
         np.stack([rank[points], nc[points], cpu[points]], axis=1).astype(np.int64).tolist()
     )

@@ -27,10 +27,10 @@ from pathlib import Path
 
 from google.protobuf.message import DecodeError
 
-from tracediag import fileio
-from tracediag import schema as S
-from tracediag.builder import RankPart
-from tracediag.errors import TraceInputError
+from tracediag.io import files as fileio
+from tracediag.model import schema as S
+from tracediag.model.assembly import RankPart
+from tracediag.model.errors import TraceInputError
 from tracediag.parsers.neuron_common import natural_key
 from tracediag.parsers.perfetto_sniff import first_record_fields, head
 from tracediag.parsers.perfetto_stream import FramingError, scan_records

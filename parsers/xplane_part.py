@@ -20,8 +20,14 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracediag import schema as S
-from tracediag.builder import TRACK_DEVICE, TRACK_ENGINE, TRACK_KIND_COL, TRACK_LABEL, RankPart
+from tracediag.model import schema as S
+from tracediag.model.assembly import (
+    TRACK_DEVICE,
+    TRACK_ENGINE,
+    TRACK_KIND_COL,
+    TRACK_LABEL,
+    RankPart,
+)
 from tracediag.parsers.neuron_events import TRIGGER_TS
 from tracediag.parsers.neuron_part import Piece, finish_part
 from tracediag.parsers.xplane_events import detail_bytes

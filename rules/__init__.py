@@ -1,1 +1,1 @@
-"""Built-in rules, one module per rule named by its code (see tracediag.rule.Rule)."""
+"""Built-in rules, one module per rule named by its code (see tracediag.engine.rule.Rule)."""

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracediag import schema as S
-from tracediag.findings import Severity
-from tracediag.peers import device_ranks, interval_overlap
-from tracediag.rule import Rule
-from tracediag.units import fmt_ns
+from tracediag.analysis.peers import device_ranks, interval_overlap
+from tracediag.engine.rule import Rule
+from tracediag.model import schema as S
+from tracediag.model.findings import Severity
+from tracediag.model.units import fmt_ns
 
 
 def main_compute_mask(ctx, rank: int) -> np.ndarray:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracediag import schema as S
-from tracediag.findings import Severity
-from tracediag.peers import busy_ns_by_group
-from tracediag.replay import WhatIf
-from tracediag.rule import Rule, severity_by_saving
-from tracediag.units import fmt_ns
+from tracediag.analysis.peers import busy_ns_by_group
+from tracediag.engine.rule import Rule, severity_by_saving
+from tracediag.graph.replay import WhatIf
+from tracediag.model import schema as S
+from tracediag.model.findings import Severity
+from tracediag.model.units import fmt_ns
 
 NEURON_ENGINES = ("tensor", "vector", "scalar", "gpsimd", "sync")
 

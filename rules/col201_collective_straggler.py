@@ -7,15 +7,15 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tracediag import schema as S
-from tracediag.findings import Severity
-from tracediag.graph import ARRIVAL
-from tracediag.pace import peer_pace_change
-from tracediag.peers import peer_track_names
-from tracediag.replay import WhatIf
-from tracediag.rule import Rule, severity_by_saving
-from tracediag.skew import lateness
-from tracediag.units import fmt_ns
+from tracediag.analysis.arrival_skew import lateness
+from tracediag.analysis.peers import peer_track_names
+from tracediag.engine.rule import Rule, severity_by_saving
+from tracediag.graph.dependencies import ARRIVAL
+from tracediag.graph.replay import WhatIf
+from tracediag.model import schema as S
+from tracediag.model.findings import Severity
+from tracediag.model.units import fmt_ns
+from tracediag.whatif.peer_pace import peer_pace_change
 
 
 class CollectiveStraggler(Rule):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracediag import schema as S
-from tracediag.findings import Severity
-from tracediag.peers import interval_overlap
-from tracediag.replay import WhatIf
-from tracediag.rule import Rule, severity_by_saving
-from tracediag.units import fmt_bw, fmt_ns
+from tracediag.analysis.peers import interval_overlap
+from tracediag.engine.rule import Rule, severity_by_saving
+from tracediag.graph.replay import WhatIf
+from tracediag.model import schema as S
+from tracediag.model.findings import Severity
+from tracediag.model.units import fmt_bw, fmt_ns
 
 
 def bus_factor(op: str, n: int) -> float:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracediag import dma_whatif
-from tracediag.findings import Severity
-from tracediag.path_runs import runs
-from tracediag.peers import typical_bandwidth
-from tracediag.rule import Rule, severity_by_saving
-from tracediag.units import fmt_bw, fmt_ns
+from tracediag.analysis.path_runs import runs
+from tracediag.analysis.peers import typical_bandwidth
+from tracediag.engine.rule import Rule, severity_by_saving
+from tracediag.model.findings import Severity
+from tracediag.model.units import fmt_bw, fmt_ns
+from tracediag.whatif import dma_restore as dma_whatif
 
 
 class DmaWaitOnCriticalPath(Rule):

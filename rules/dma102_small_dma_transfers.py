@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from tracediag import dma_whatif
-from tracediag import schema as S
-from tracediag.findings import Severity
-from tracediag.peers import typical_bandwidth
-from tracediag.rule import Rule, severity_by_saving
-from tracediag.units import fmt_bw, fmt_bytes, fmt_ns
+from tracediag.analysis.peers import typical_bandwidth
+from tracediag.engine.rule import Rule, severity_by_saving
+from tracediag.model import schema as S
+from tracediag.model.findings import Severity
+from tracediag.model.units import fmt_bw, fmt_bytes, fmt_ns
+from tracediag.whatif import dma_restore as dma_whatif
 
 
 class SmallDmaTransfers(Rule):

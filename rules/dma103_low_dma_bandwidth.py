@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracediag import dma_whatif
-from tracediag.findings import Severity
-from tracediag.peers import busy_ns_by_group
-from tracediag.rule import Rule
-from tracediag.units import fmt_bw, fmt_bytes, fmt_ns
+from tracediag.analysis.peers import busy_ns_by_group
+from tracediag.engine.rule import Rule
+from tracediag.model.findings import Severity
+from tracediag.model.units import fmt_bw, fmt_bytes, fmt_ns
+from tracediag.whatif import dma_restore as dma_whatif
 
 
 class LowDmaBandwidth(Rule):

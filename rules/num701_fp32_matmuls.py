@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracediag import dtypes
-from tracediag import schema as S
-from tracediag.findings import Severity
-from tracediag.replay import WhatIf
-from tracediag.rule import Rule, severity_by_saving
-from tracediag.units import fmt_ns
+from tracediag.engine.rule import Rule, severity_by_saving
+from tracediag.graph.replay import WhatIf
+from tracediag.model import numeric_formats as dtypes
+from tracediag.model import schema as S
+from tracediag.model.findings import Severity
+from tracediag.model.units import fmt_ns
 
 
 class Fp32Matmuls(Rule):

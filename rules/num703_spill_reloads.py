@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracediag import schema as S
-from tracediag.findings import Severity
-from tracediag.replay import WhatIf
-from tracediag.rule import Rule, severity_by_saving
-from tracediag.units import fmt_bytes, fmt_ns
-from tracediag.vendor_summary import summary_total
+from tracediag.analysis.vendor_summary import summary_total
+from tracediag.engine.rule import Rule, severity_by_saving
+from tracediag.graph.replay import WhatIf
+from tracediag.model import schema as S
+from tracediag.model.findings import Severity
+from tracediag.model.units import fmt_bytes, fmt_ns
 
 #: DMA queues Neuron uses for spill reloads (``qScalarSpillReload0-Q1-E64``, ``qSyncSpillReload0``).
 SPILL_RELOAD_QUEUE = r"spill\s*_?reload"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracediag import schema as S
-from tracediag.findings import Severity
-from tracediag.rule import Rule
+from tracediag.engine.rule import Rule
+from tracediag.model import schema as S
+from tracediag.model.findings import Severity
 
 #: Where the Neuron readers put the ``Error`` table, grouped by kind (parsers/neuron_errors.py).
 ERRORS_INFO_KEY = "device_errors"

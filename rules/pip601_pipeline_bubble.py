@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from tracediag.findings import Severity
-from tracediag.pipeline_stats import ideal_bubble_pct, micro_batches, stage_table
-from tracediag.rule import Rule
-from tracediag.units import fmt_ns
+from tracediag.analysis.pipeline_stats import ideal_bubble_pct, micro_batches, stage_table
+from tracediag.engine.rule import Rule
+from tracediag.model.findings import Severity
+from tracediag.model.units import fmt_ns
 
 
 class PipelineBubble(Rule):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracediag import schema as S
-from tracediag.findings import Severity
-from tracediag.pipeline_stats import stage_table
-from tracediag.replay import WhatIf
-from tracediag.rule import Rule, severity_by_saving
-from tracediag.units import fmt_ns
+from tracediag.analysis.pipeline_stats import stage_table
+from tracediag.engine.rule import Rule, severity_by_saving
+from tracediag.graph.replay import WhatIf
+from tracediag.model import schema as S
+from tracediag.model.findings import Severity
+from tracediag.model.units import fmt_ns
 
 
 class StageImbalance(Rule):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracediag import schema as S
-from tracediag.findings import Severity
-from tracediag.rule import Rule
+from tracediag.engine.rule import Rule
+from tracediag.model import schema as S
+from tracediag.model.findings import Severity
 
 
 def _members(group: str) -> set[int]:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tracediag.findings import Severity
-from tracediag.rule import Rule
-from tracediag.units import fmt_ns
+from tracediag.engine.rule import Rule
+from tracediag.model.findings import Severity
+from tracediag.model.units import fmt_ns
 
 
 class ClockAlignment(Rule):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tracediag.findings import Severity
-from tracediag.rule import Rule
+from tracediag.engine.rule import Rule
+from tracediag.model.findings import Severity
 
 
 class InconsistentEdges(Rule):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tracediag import schema as S
-from tracediag.builder import assemble
+from tracediag.model import schema as S
+from tracediag.model.assembly import assemble
 from tracediag.parsers import chrome_json
 
 TRACES = Path(__file__).parents[2] / "shared" / "traces"

@@ -6,8 +6,8 @@ its DMA wait (15 ns). Both read the analysis like real rules; ``count`` repeats 
 
 from __future__ import annotations
 
-from tracediag.findings import Severity
-from tracediag.rule import DOC_SECTIONS, Rule
+from tracediag.engine.rule import DOC_SECTIONS, Rule
+from tracediag.model.findings import Severity
 
 
 def _segment(ctx, category: str):
@@ -67,7 +67,7 @@ def use_probe_rules(monkeypatch) -> None:
     """Make the registry hold only the probes (the engine and the CLI both ask it)."""
     # Import the engine first: imported while the registry is patched, it would bind the probes
     # for good, and monkeypatch would "restore" them after the test.
-    import tracediag.engine  # noqa: F401
+    import tracediag.engine.diagnose  # noqa: F401
 
-    monkeypatch.setattr("tracediag.rule.all_rules", lambda: dict(PROBES))
-    monkeypatch.setattr("tracediag.engine.all_rules", lambda: dict(PROBES))
+    monkeypatch.setattr("tracediag.engine.rule.all_rules", lambda: dict(PROBES))
+    monkeypatch.setattr("tracediag.engine.diagnose.all_rules", lambda: dict(PROBES))

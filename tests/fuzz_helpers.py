@@ -27,7 +27,7 @@ import pyarrow as pa
 from hypothesis import HealthCheck, settings
 
 from tracediag.cli import main as cli_main
-from tracediag.errors import TraceInputError
+from tracediag.model.errors import TraceInputError
 
 #: Seconds one case may take (reading, assembling, diagnosing, rendering; the first case also
 #: imports the rules) before it counts as a hang. Generous: the suite shares busy CPUs.

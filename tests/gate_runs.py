@@ -12,8 +12,8 @@ import pytest
 
 from tests.fake_rules import use_probe_rules
 from tests.worked_example import example_trace
-from tracediag import schema as S
 from tracediag.cli.main import main
+from tracediag.model import schema as S
 
 #: name -> (scenario, seed): three clean reruns differ slightly, like reruns of one build.
 RUNS = {
@@ -46,8 +46,8 @@ class _Runs(dict):
 
 @cache
 def _diagnose(path: Path):
-    from tracediag.engine import diagnose
-    from tracediag.loader import load
+    from tracediag.engine.diagnose import diagnose
+    from tracediag.loading.loader import load
 
     return diagnose(load([path]))
 
@@ -102,4 +102,4 @@ def probes(monkeypatch):
         trace.inputs = [S.InputFile(names[0], "test", [0]), S.InputFile(names[1], "test", [1])]
         return trace
 
-    monkeypatch.setattr("tracediag.loader.load", fake_load)
+    monkeypatch.setattr("tracediag.loading.loader.load", fake_load)

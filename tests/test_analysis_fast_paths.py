@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 
 from tests.trace_factory import RankSpec, build
-from tracediag import schema as S
-from tracediag.analysis import analyse
-from tracediag.critical_path import texts_by_code
-from tracediag.durations import op_durations
-from tracediag.peers import dma_frame, event_ordinals
+from tracediag.analysis.context import analyse
+from tracediag.analysis.durations import op_durations
+from tracediag.analysis.peers import dma_frame, event_ordinals
+from tracediag.graph.critical_path import texts_by_code
+from tracediag.model import schema as S
 
 
 def _trace() -> S.Trace:

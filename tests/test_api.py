@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 import tracediag
-from tracediag.api import Diagnosis, Job, tui_app
+from tracediag.api.job import Diagnosis, Job, tui_app
 from tracediag.cli.main import main
-from tracediag.config import Config
-from tracediag.errors import UsageError
+from tracediag.engine.config import Config
 from tracediag.generator import generate
+from tracediag.model.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,10 +72,10 @@ def test_import_is_cheap_and_every_public_name_resolves():
 
 
 def test_load_is_the_api_function_and_the_loader_stays_a_module(straggler):
-    import tracediag.loader as loader
-    from tracediag import api
+    import tracediag.loading.loader as loader
+    from tracediag.api import job as api
 
-    assert tracediag.load is api.load  # importing tracediag.loader does not shadow it
+    assert tracediag.load is api.load  # importing tracediag.loading.loader does not shadow it
     assert callable(loader.load) and callable(loader.discover)
     assert isinstance(tracediag.load(straggler[0].files["path"][0]), Job)
 
@@ -83,7 +83,7 @@ def test_load_is_the_api_function_and_the_loader_stays_a_module(straggler):
 # ---- load ------------------------------------------------------------------------------------
 def test_load_tables_are_the_traces_without_copies(generated, straggler):
     job = straggler[0]
-    trace = tracediag.loader.load([generated["straggler"][0]])
+    trace = tracediag.loading.loader.load([generated["straggler"][0]])
     assert job.ranks == [0, 1]
     for table in ("events", "tracks", "edges", "collectives"):
         assert len(getattr(job, table)) == len(getattr(trace, table)), table

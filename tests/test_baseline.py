@@ -7,12 +7,12 @@ import orjson
 import pytest
 
 from tests import gate_runs
-from tracediag.baseline import compare, make_baseline, metric_threshold
-from tracediag.baseline_settings import BaselineSettings
-from tracediag.config import from_mapping
-from tracediag.errors import UsageError
-from tracediag.findings import Severity
-from tracediag.gate import evaluate_gate
+from tracediag.ci.baseline import compare, make_baseline, metric_threshold
+from tracediag.ci.baseline_settings import BaselineSettings
+from tracediag.ci.gate import evaluate_gate
+from tracediag.engine.config import from_mapping
+from tracediag.model.errors import UsageError
+from tracediag.model.findings import Severity
 
 # the shared fixtures (see tests/gate_runs.py)
 cli = gate_runs.cli

@@ -13,9 +13,13 @@ import pandas as pd
 import pytest
 
 from tests.chrome_helpers import shared
-from tracediag import schema as S
-from tracediag.breakdown import breakdown_of_intervals, temporal_breakdown, union_lengths
-from tracediag.builder import RankPart, assemble
+from tracediag.analysis.temporal_breakdown import (
+    breakdown_of_intervals,
+    temporal_breakdown,
+    union_lengths,
+)
+from tracediag.model import schema as S
+from tracediag.model.assembly import RankPart, assemble
 from tracediag.parsers import chrome_json
 
 

@@ -12,13 +12,13 @@ import orjson
 import pandas as pd
 import pytest
 
-from tracediag import cache
-from tracediag.builder import RankPart
 from tracediag.cli.main import main
-from tracediag.engine import diagnose
-from tracediag.errors import TraceInputError
-from tracediag.loader import discover, load
-from tracediag.schema import RankMeta
+from tracediag.engine.diagnose import diagnose
+from tracediag.loading import cache
+from tracediag.loading.loader import discover, load
+from tracediag.model.assembly import RankPart
+from tracediag.model.errors import TraceInputError
+from tracediag.model.schema import RankMeta
 
 SAMPLES = Path(__file__).parent.parent / "sample_traces"
 CHROME = SAMPLES / "chrome_host_gaps" / "chrome"
@@ -228,7 +228,7 @@ def test_no_cache_flag_reaches_the_loader(command, monkeypatch, tmp_path, capsys
         seen.update(kw)
         raise TraceInputError(paths[0], "stop here")
 
-    monkeypatch.setattr("tracediag.loader.load", fake_load)
+    monkeypatch.setattr("tracediag.loading.loader.load", fake_load)
     argv = [command, str(CHROME), "--no-cache", "--jobs", "3", "-o", str(tmp_path / "o")]
     assert main(argv) == 2
     assert (seen["cache"], seen["jobs"], seen["scheduler"]) == (False, 3, None)

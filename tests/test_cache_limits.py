@@ -6,8 +6,8 @@ import os
 import time
 from pathlib import Path
 
-from tracediag import cache, cache_limits
-from tracediag.loader import load
+from tracediag.loading import cache, cache_limits
+from tracediag.loading.loader import load
 
 SAMPLES = Path(__file__).parent.parent / "sample_traces"
 CHROME = SAMPLES / "chrome_host_gaps" / "chrome"

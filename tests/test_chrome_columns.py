@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tracediag.errors import TraceInputError
+from tracediag.model.errors import TraceInputError
 from tracediag.parsers import chrome_chunks, chrome_json
 from tracediag.parsers.chrome_columns import EventColumns, read_whole
 from tracediag.parsers.chrome_decode import count_huge_ints
@@ -206,14 +206,14 @@ def test_reader_results_do_not_depend_on_piece_size(monkeypatch):
 def test_helper_processes_decoding_pieces_change_nothing(name, monkeypatch):
     """With two helper processes (as the loader allows by --jobs) the pieces are decoded by
     them and appended in order: same columns as the whole document."""
-    monkeypatch.setattr("tracediag.parallel.helper_processes", lambda: 2)
+    monkeypatch.setattr("tracediag.loading.read_units.helper_processes", lambda: 2)
     data = documents()[name]
     assert_same(read_columns(Path(name), data, 512), read_whole(Path(name), data))
 
 
 @pytest.mark.parametrize("on_disk", [False, True])
 def test_misplaced_cuts_are_joined_when_a_helper_decodes_too(on_disk, tmp_path, monkeypatch):
-    monkeypatch.setattr("tracediag.parallel.helper_processes", lambda: 2)
+    monkeypatch.setattr("tracediag.loading.read_units.helper_processes", lambda: 2)
     events = [event(i, args={"s": "}, {", "l": [{"a": i}, {"b": i}]}) for i in range(300)]
     data = json.dumps({"traceEvents": events}).encode()
     assert_same_outcome(tmp_path / "t.json", data, 300, on_disk=on_disk)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from tests.chrome_helpers import TRACES, X, named, read_one, shared, write
-from tracediag import schema as S
-from tracediag.errors import TraceInputError
+from tracediag.model import schema as S
+from tracediag.model.errors import TraceInputError
 from tracediag.parsers import chrome_json
 from tracediag.parsers.chrome_events import pair_stack
 from tracediag.parsers.chrome_nesting import SliceNesting

@@ -1,6 +1,6 @@
 """The command line, in process through ``main(argv)``: exit codes, one-line errors, options.
 
-Most tests load the worked example (``tracediag.loader.load`` is swapped for it) and diagnose it
+Most tests load the worked example (``tracediag.loading.loader.load`` is swapped for it) and diagnose it
 with the probe rules of tests/fake_rules.py: COL990 (warning, saving 150 ns) and DMA990 (info).
 """
 
@@ -39,7 +39,7 @@ def loads(monkeypatch):
         calls.append({"paths": [str(p) for p in paths], "align": align, "progress": progress})
         return example_trace()
 
-    monkeypatch.setattr("tracediag.loader.load", fake_load)
+    monkeypatch.setattr("tracediag.loading.loader.load", fake_load)
     return calls
 
 
@@ -238,7 +238,7 @@ def test_help_and_version(run):
 
 
 def test_rules_table_of_the_built_in_rules(run):
-    from tracediag.rule import all_rules
+    from tracediag.engine.rule import all_rules
 
     code, out, _ = run("rules")
     lines = out.splitlines()

@@ -62,7 +62,7 @@ def test_unknown_command_without_a_close_one(cli):
 
 def test_a_path_still_opens_the_tui_route(cli, monkeypatch):
     opened = []
-    monkeypatch.setattr("tracediag.tui.command.run", lambda args: opened.append(args.paths) or 0)
+    monkeypatch.setattr("tracediag.cli.tui_cmd.run", lambda args: opened.append(args.paths) or 0)
     assert cli("./traces")[0] == 0
     assert opened == [["./traces"]]
 

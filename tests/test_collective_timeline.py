@@ -8,11 +8,11 @@ import gzip
 import orjson
 import pytest
 
-from tracediag import schema as S
-from tracediag.builder import assemble
-from tracediag.engine import diagnose
-from tracediag.errors import TraceInputError
-from tracediag.loader import load
+from tracediag.engine.diagnose import diagnose
+from tracediag.loading.loader import load
+from tracediag.model import schema as S
+from tracediag.model.assembly import assemble
+from tracediag.model.errors import TraceInputError
 from tracediag.parsers import chrome_json, collective_timeline, neuron_json
 
 LATE_NS = 300_000

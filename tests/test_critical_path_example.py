@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from tests.worked_example import example_trace
-from tracediag import schema as S
-from tracediag.align import align_clocks
-from tracediag.critical_path import walk
-from tracediag.graph import build_graph
-from tracediag.replay import WhatIf, replay
+from tracediag.graph.critical_path import walk
+from tracediag.graph.dependencies import build_graph
+from tracediag.graph.replay import WhatIf, replay
+from tracediag.loading.clock_alignment import align_clocks
+from tracediag.model import schema as S
 
 
 def _path(trace):

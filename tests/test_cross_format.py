@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracediag.engine import diagnose
-from tracediag.findings import Severity
+from tracediag.engine.diagnose import diagnose
 from tracediag.generator import generate
 from tracediag.generator.write_perfetto import rows_of
-from tracediag.loader import load
+from tracediag.loading.loader import load
+from tracediag.model.findings import Severity
 
 RANKS = 4
 SCENARIOS = ("slow_dma", "straggler", "mixed", "clean")

@@ -13,10 +13,10 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from tracediag.engine import diagnose
-from tracediag.findings import Severity
+from tracediag.engine.diagnose import diagnose
 from tracediag.generator import SCENARIOS, generate
-from tracediag.loader import load
+from tracediag.loading.loader import load
+from tracediag.model.findings import Severity
 
 FORMATS = ("parquet", "json", "chrome")
 CODES = {

@@ -8,9 +8,9 @@ import orjson
 import pytest
 
 from tests import gate_runs
-from tracediag.compare import correlate, diff_reports
+from tracediag.ci.diff import correlate, diff_reports
+from tracediag.ci.statistics import betainc, bh_qvalues, pearson, t_two_sided_p, welch
 from tracediag.report.diff_render import render_diff_markdown, render_diff_text
-from tracediag.stats import betainc, bh_qvalues, pearson, t_two_sided_p, welch
 
 # the shared fixtures (see tests/gate_runs.py)
 cli = gate_runs.cli

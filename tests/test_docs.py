@@ -19,7 +19,7 @@ import pytest
 
 from tests import gate_runs
 from tests.worked_example import example_trace
-from tracediag import docs_gen
+from tracediag.cli import docs_gen
 from tracediag.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,7 +48,7 @@ def test_pasted_command_output_is_current(page):
 
 
 def test_rule_reference_holds_every_rule_document():
-    from tracediag.rule import all_rules
+    from tracediag.engine.rule import all_rules
 
     text = (DOCS / "rules.md").read_text(encoding="utf-8")
     for code, cls in all_rules().items():
@@ -90,10 +90,10 @@ def real_reports(tmp_path_factory, reports) -> dict[str, dict]:
     """Real reports: the bundled samples (Neuron Parquet, legacy JSON, Chrome; 2 ranks each) as
     `report --format json` writes them, generated jobs (shared with the gate tests), and a check
     report whose gate has failures, budgets and a baseline comparison."""
-    from tracediag.baseline import compare, make_baseline
-    from tracediag.budgets import parse_budgets
-    from tracediag.findings import Severity
-    from tracediag.gate import evaluate_gate
+    from tracediag.ci.baseline import compare, make_baseline
+    from tracediag.ci.budgets import parse_budgets
+    from tracediag.ci.gate import evaluate_gate
+    from tracediag.model.findings import Severity
 
     tmp = tmp_path_factory.mktemp("reports")
     checked = reports("slow_dma")
@@ -228,20 +228,20 @@ def test_formats_page_covers_every_reader():
 
 
 def test_configuration_page_documents_every_key():
-    from tracediag.config import KNOWN_KEYS
+    from tracediag.engine.config import KNOWN_KEYS
 
     text = (DOCS / "configuration.md").read_text(encoding="utf-8")
     documented = set(re.findall(r"^## `([a-z-]+)`$", text, re.M))
     assert documented == KNOWN_KEYS, (
-        "docs/configuration.md needs one '## `key`' section per key of tracediag/config.py's "
+        "docs/configuration.md needs one '## `key`' section per key of tracediag/engine/config.py's "
         f"KNOWN_KEYS: missing {sorted(KNOWN_KEYS - documented)}, "
         f"unknown {sorted(documented - KNOWN_KEYS)}"
     )
 
 
 def test_configuration_page_names_every_hardware_profile_and_baseline_key():
-    from tracediag.baseline_settings import KEYS
-    from tracediag.hardware import PROFILES
+    from tracediag.analysis.hardware import PROFILES
+    from tracediag.ci.baseline_settings import KEYS
 
     text = (DOCS / "configuration.md").read_text(encoding="utf-8")
     hardware = text.split("## `hardware`", 1)[1].split("\n## ", 1)[0]
@@ -251,8 +251,8 @@ def test_configuration_page_names_every_hardware_profile_and_baseline_key():
 
 
 def test_configuration_examples_are_valid():
-    from tracediag.config import from_mapping
-    from tracediag.rule import all_rules
+    from tracediag.engine.config import from_mapping
+    from tracediag.engine.rule import all_rules
 
     rules = all_rules()
     for page in ("configuration.md", "ci.md", "index.md", "getting-started.md"):
@@ -316,8 +316,8 @@ def test_tui_page_documents_every_key_binding():
 
 
 def test_worked_example_page_has_the_codes_numbers():
-    from tracediag.critical_path import walk
-    from tracediag.graph import build_graph
+    from tracediag.graph.critical_path import walk
+    from tracediag.graph.dependencies import build_graph
 
     trace = example_trace()
     path = walk(build_graph(trace), trace)

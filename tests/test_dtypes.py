@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracediag import dtypes
-from tracediag.loader import load
+from tracediag.loading.loader import load
+from tracediag.model import numeric_formats as dtypes
 from tracediag.parsers.neuron_events import instruction_dtypes
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"

@@ -20,8 +20,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.fuzz_helpers import fuzz_settings, mutate_bytes, run_report
-from tracediag.errors import TraceInputError
 from tracediag.generator import generate
+from tracediag.model.errors import TraceInputError
 from tracediag.parsers import chrome_json
 
 KEYS = ("ph", "ts", "dur", "pid", "tid", "name")

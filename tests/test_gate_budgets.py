@@ -6,11 +6,11 @@ import orjson
 import pytest
 
 from tests import gate_runs
-from tracediag.budgets import check_budgets, parse_budgets
-from tracediag.config import from_mapping
-from tracediag.errors import UsageError
-from tracediag.metrics import report_metrics
-from tracediag.trace_ignores import apply_per_trace_ignores, covered_ranks
+from tracediag.ci.budgets import check_budgets, parse_budgets
+from tracediag.ci.metrics import report_metrics
+from tracediag.engine.config import from_mapping
+from tracediag.engine.trace_ignores import apply_per_trace_ignores, covered_ranks
+from tracediag.model.errors import UsageError
 
 # the shared fixtures (see tests/gate_runs.py)
 cli = gate_runs.cli

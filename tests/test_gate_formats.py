@@ -17,12 +17,12 @@ import orjson
 import pytest
 
 from tests import gate_runs
-from tracediag.findings import Severity
-from tracediag.fingerprint import fingerprints, identity
-from tracediag.gate import evaluate_gate
+from tracediag.ci.gate import evaluate_gate
+from tracediag.model.findings import Severity
+from tracediag.model.fingerprints import fingerprints, identity
+from tracediag.model.units import fmt_ns
 from tracediag.report.check_formats import CHECK_FORMATS, render_check
 from tracediag.report.github import annotation, escape_data, escape_property
-from tracediag.units import fmt_ns
 
 # the shared fixtures (see tests/gate_runs.py)
 cli = gate_runs.cli
@@ -109,8 +109,8 @@ def test_junit_one_testcase_per_rule_and_scope(reports):
 
 
 def test_junit_carries_budgets_and_baseline_suites(reports):
-    from tracediag.baseline import compare, make_baseline
-    from tracediag.budgets import parse_budgets
+    from tracediag.ci.baseline import compare, make_baseline
+    from tracediag.ci.budgets import parse_budgets
 
     base = make_baseline([("clean0", reports("clean0"))])
     report = reports("slow_dma")
@@ -121,12 +121,12 @@ def test_junit_carries_budgets_and_baseline_suites(reports):
     )
     root = assert_junit(render_check(report, "junit"))
     suites = {s.get("name"): s for s in root}
-    budgets = {c.get("name"): c for c in suites["tracediag.budgets"]}
+    budgets = {c.get("name"): c for c in suites["tracediag.ci.budgets"]}
     assert "exceeds budget max-step-time-ms = 7" in budgets["max-step-time-ms"].find("failure").get(
         "message"
     )
     assert budgets["min-mfu-pct"].find("failure") is None
-    metrics = {c.get("name"): c for c in suites["tracediag.baseline"]}
+    metrics = {c.get("name"): c for c in suites["tracediag.ci.baseline"]}
     assert metrics["step-time-ns"].find("failure") is not None
     assert metrics["collective-skew-ns"].find("failure") is None
 
@@ -203,8 +203,8 @@ def test_sarif_has_rule_help_fingerprints_and_the_trace(reports):
 
 
 def test_sarif_lists_gate_failures_and_baseline_state(reports):
-    from tracediag.baseline import compare, make_baseline
-    from tracediag.budgets import parse_budgets
+    from tracediag.ci.baseline import compare, make_baseline
+    from tracediag.ci.budgets import parse_budgets
 
     base = make_baseline([("clean0", reports("clean0")), ("clean1", reports("clean1"))])
     report = reports("straggler")

@@ -10,14 +10,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracediag import schema as S
 from tracediag.generator import generate
 from tracediag.generator.chrome_sync import call_ids
 from tracediag.generator.gpu_flavour import run_gpu
 from tracediag.generator.program import WorkloadShape
 from tracediag.generator.scenarios import scenario_faults
 from tracediag.generator.simulate import run_device
-from tracediag.loader import load
+from tracediag.loading.loader import load
+from tracediag.model import schema as S
 
 RANKS = 2
 SEED = 3

@@ -14,13 +14,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracediag import schema as S
 from tracediag.generator import generate
 from tracediag.generator import hardware as hw
 from tracediag.generator.program import CC, DMA, INSTR, WorkloadShape
 from tracediag.generator.scenarios import scenario_faults
 from tracediag.generator.workload import build_program
-from tracediag.loader import load
+from tracediag.loading.loader import load
+from tracediag.model import schema as S
 
 RANKS = 2
 SEED = 3

@@ -11,11 +11,11 @@ import orjson
 import pytest
 
 from tests import gate_runs
-from tracediag import history
-from tracediag.errors import UsageError
-from tracediag.history import connect, load_history, record
-from tracediag.stats import change_point
-from tracediag.trend import change_points, trend
+from tracediag.ci import history
+from tracediag.ci.history import connect, load_history, record
+from tracediag.ci.statistics import change_point
+from tracediag.ci.trend import change_points, trend
+from tracediag.model.errors import UsageError
 
 # the shared fixtures (see tests/gate_runs.py)
 cli = gate_runs.cli

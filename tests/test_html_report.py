@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from tests import gate_runs
-from tracediag.history import load_history, record
+from tracediag.ci.history import load_history, record
+from tracediag.ci.trend import trend
 from tracediag.report.html import render_html
-from tracediag.trend import trend
 
 # the shared fixtures (see tests/gate_runs.py)
 cli, reports, run_dirs = gate_runs.cli, gate_runs.reports, gate_runs.run_dirs
@@ -143,8 +143,8 @@ def test_trend_chart_from_history(reports, tmp_path, cli, run_dirs):
 
 
 def test_a_report_from_a_trace_draws_the_skew_grid_and_the_worst_window(diagnosed):
+    from tracediag.analysis.arrival_skew import lateness
     from tracediag.report import render
-    from tracediag.skew import lateness
 
     diagnosis = diagnosed("straggler")
     page = render(diagnosis, "html")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from tests.chrome_helpers import X, named, read_one, shared, write
-from tracediag import schema as S
-from tracediag.loader import load
+from tracediag.loading.loader import load
+from tracediag.model import schema as S
 
 # ---- kinds and tracks ------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from tests.chrome_helpers import X, read_one, shared, write
-from tracediag import schema as S
+from tracediag.model import schema as S
 
 GPU = {"pid": 0, "tid": 7}
 

@@ -10,15 +10,20 @@ import pytest
 from tests.chrome_helpers import X, write
 from tests.gate_runs import cli
 from tests.trace_factory import RankSpec, build
+from tracediag.analysis.parallel_layout import (
+    explicit_layout,
+    infer_layout,
+    parse_layout,
+    resolve_layout,
+)
 from tracediag.cli.common import layout_sizes
-from tracediag.config import Config, from_mapping
-from tracediag.engine import diagnose
-from tracediag.errors import UsageError
+from tracediag.engine.config import Config, from_mapping
+from tracediag.engine.diagnose import diagnose
 from tracediag.generator import generate
 from tracediag.generator.parallel_layout import ParallelLayout
 from tracediag.generator.parallel_write import generate_parallel
-from tracediag.layout import explicit_layout, infer_layout, parse_layout, resolve_layout
-from tracediag.loader import load
+from tracediag.loading.loader import load
+from tracediag.model.errors import UsageError
 
 run = cli  # ``run(*argv) -> (exit code, stdout, stderr)`` in an empty directory
 

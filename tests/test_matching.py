@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from tests.trace_factory import RankSpec, build
-from tracediag import schema as S
-from tracediag.matching import split_mismatched
-from tracediag.skew import lateness
+from tracediag.analysis.arrival_skew import lateness
+from tracediag.loading.collective_matching import split_mismatched
+from tracediag.model import schema as S
 
 
 def test_a_missing_instance_on_one_rank_does_not_pair_unrelated_ops():
@@ -39,7 +39,7 @@ def test_consistent_instances_are_left_alone():
 def test_a_single_rank_job_has_no_skew_and_the_straggler_rule_stays_quiet():
     # A one-process JAX profile of 4 devices holds collectives no other rank saw (found on a
     # real CPU profile: lateness returned no 'synchronous' column and COL201 raised KeyError).
-    from tracediag.engine import diagnose
+    from tracediag.engine.diagnose import diagnose
 
     solo = RankSpec(0)
     for k in range(3):

@@ -9,9 +9,9 @@ import orjson
 import pytest
 
 from tests.neuron_fixtures import legacy_doc, write_json
-from tracediag import schema as S
-from tracediag.builder import assemble
-from tracediag.errors import TraceInputError
+from tracediag.model import schema as S
+from tracediag.model.assembly import assemble
+from tracediag.model.errors import TraceInputError
 from tracediag.parsers import neuron_json
 
 T0 = 10261883214

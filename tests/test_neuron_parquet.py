@@ -16,9 +16,9 @@ from tests.neuron_fixtures import (
     write_profile,
     write_table,
 )
-from tracediag import schema as S
-from tracediag.builder import assemble
-from tracediag.errors import TraceInputError
+from tracediag.model import schema as S
+from tracediag.model.assembly import assemble
+from tracediag.model.errors import TraceInputError
 from tracediag.parsers import neuron_parquet
 
 

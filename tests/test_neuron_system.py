@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 
 from tracediag.cli.main import main
-from tracediag.errors import TraceInputError
 from tracediag.generator import generate
 from tracediag.generator.clocks import device_offsets
 from tracediag.generator.write_system_profile import HOST_EPOCH_NS
-from tracediag.loader import discover, load
+from tracediag.loading.loader import discover, load
+from tracediag.model.errors import TraceInputError
 from tracediag.parsers import neuron_system_json, neuron_system_parquet, perfetto
 
 RANKS, SEED = 4, 2

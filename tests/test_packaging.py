@@ -40,8 +40,8 @@ def test_rules_folder_is_flat():
 
 def test_engine_does_not_import_textual_or_rich():
     code = (
-        "import sys, tracediag.engine, tracediag.loader, tracediag.rule;"
-        "tracediag.rule.all_rules();"
+        "import sys, tracediag.engine.diagnose, tracediag.loading.loader, tracediag.engine.rule;"
+        "tracediag.engine.rule.all_rules();"
         "bad=[m for m in sys.modules if m.split('.')[0] in ('textual','rich')];"
         "print(bad); sys.exit(1 if bad else 0)"
     )
@@ -126,9 +126,9 @@ def test_wheel_installs_and_runs(wheel, tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     # The installed copy, not the editable one of the working tree, must answer.
     code = (
-        "import tracediag, tracediag.rule, tracediag.parsers;"
+        "import tracediag, tracediag.engine.rule, tracediag.parsers;"
         "print(tracediag.__file__);"
-        "print(len(tracediag.rule.all_rules()), len(tracediag.parsers.READERS))"
+        "print(len(tracediag.engine.rule.all_rules()), len(tracediag.parsers.READERS))"
     )
     env = {**os.environ, "PYTHONPATH": str(target)}
     out = subprocess.run(

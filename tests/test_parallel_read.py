@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from tests.test_cache import assert_same_parts, assert_same_trace, entries
-from tracediag import cache, parallel
 from tracediag.cli.main import main
-from tracediag.errors import TraceInputError, UsageError
-from tracediag.loader import discover, load
+from tracediag.loading import cache
+from tracediag.loading import read_units as parallel
+from tracediag.loading.loader import discover, load
+from tracediag.model.errors import TraceInputError, UsageError
 from tracediag.parsers import neuron_parquet
 
 SAMPLES = Path(__file__).parent.parent / "sample_traces"

@@ -9,8 +9,8 @@ import zlib
 import numpy as np
 
 from tests.chrome_helpers import shared
-from tracediag import schema as S
-from tracediag.builder import assemble
+from tracediag.model import schema as S
+from tracediag.model.assembly import assemble
 from tracediag.parsers import perfetto
 from tracediag.parsers.protos.perfetto_trace_pb2 import Trace, TracePacket, TrackEvent
 
@@ -302,8 +302,8 @@ def test_real_nested_tracks_trace():
 def test_counters_are_reported_but_not_as_lost_rows(tmp_path):
     # Real Neuron device traces carry counter tracks (DMA throughput...): TRC501 lists them at
     # info severity instead of warning that rows were lost.
-    from tracediag.engine import diagnose
-    from tracediag.loader import load
+    from tracediag.engine.diagnose import diagnose
+    from tracediag.loading.loader import load
 
     b = TraceBuilder()
     b.track(1, thread=(1, 2, "worker"))

@@ -12,7 +12,7 @@ import pytest
 from tests.chrome_helpers import shared
 from tests.test_perfetto import TraceBuilder
 from tracediag.cli.main import main
-from tracediag.errors import TraceInputError
+from tracediag.model.errors import TraceInputError
 from tracediag.parsers import perfetto
 from tracediag.parsers.protos import regen
 

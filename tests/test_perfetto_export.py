@@ -11,16 +11,16 @@ import orjson
 import pytest
 from google.protobuf.internal.encoder import _VarintBytes
 
-from tracediag import protowire as W
-from tracediag import schema as S
-from tracediag.chrome_export import write_chrome
 from tracediag.cli.main import main
-from tracediag.config import Config
-from tracediag.engine import diagnose
-from tracediag.loader import load
+from tracediag.engine.config import Config
+from tracediag.engine.diagnose import diagnose
+from tracediag.export.chrome_trace import write_chrome
+from tracediag.export.perfetto_trace import critical_path_events, overlap_lanes, write_perfetto
+from tracediag.io import protowire as W
+from tracediag.loading.loader import load
+from tracediag.model import schema as S
 from tracediag.parsers import perfetto
 from tracediag.parsers.protos.perfetto_trace_pb2 import Trace
-from tracediag.perfetto_export import critical_path_events, overlap_lanes, write_perfetto
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "neuron_parquet_straggler"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from tests.test_perfetto import COUNTER, TraceBuilder
-from tracediag import schema as S
-from tracediag.builder import assemble
+from tracediag.model import schema as S
+from tracediag.model.assembly import assemble
 from tracediag.parsers import perfetto
 
 T0 = 5_000_000_000

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tracediag.engine import diagnose
-from tracediag.loader import load
+from tracediag.engine.diagnose import diagnose
+from tracediag.loading.loader import load
 
 DATA = Path(__file__).parent / "data"
 XPLANE = DATA / "jax_cpu_4dev_pmap.xplane.pb.gz"

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from tests.trace_factory import RankSpec, build
-from tracediag.graph import build_graph
-from tracediag.replay import WhatIf, replay
+from tracediag.graph.dependencies import build_graph
+from tracediag.graph.replay import WhatIf, replay
 
 
 def _reference(graph, dur, gap):

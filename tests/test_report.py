@@ -7,9 +7,9 @@ import pytest
 
 from tests.fake_rules import use_probe_rules
 from tests.worked_example import example_trace
-from tracediag import schema as S
-from tracediag.config import Config
-from tracediag.engine import diagnose
+from tracediag.engine.config import Config
+from tracediag.engine.diagnose import diagnose
+from tracediag.model import schema as S
 from tracediag.report import FORMATS, render
 from tracediag.report.labels import rank_list
 from tracediag.report.markdown import MAX_DETAILS, MAX_ROWS

@@ -10,13 +10,13 @@ import numpy as np
 import pandas as pd
 
 from tests.trace_factory import RankSpec, build
-from tracediag import dtypes
-from tracediag import schema as S
-from tracediag.critical_path import _bind_chain
-from tracediag.durations import layer_durations, op_durations
-from tracediag.path_runs import runs
-from tracediag.peers import busy_ns_by_group
-from tracediag.utilization import _equals, mfu_by_rank
+from tracediag.analysis.durations import layer_durations, op_durations
+from tracediag.analysis.path_runs import runs
+from tracediag.analysis.peers import busy_ns_by_group
+from tracediag.analysis.utilization import _equals, mfu_by_rank
+from tracediag.graph.critical_path import _bind_chain
+from tracediag.model import numeric_formats as dtypes
+from tracediag.model import schema as S
 
 
 def test_mfu_counts_the_tensor_engine_else_all_compute():

@@ -8,10 +8,10 @@ import pytest
 
 from tests.fake_rules import SkewProbe
 from tests.trace_factory import RankSpec, build
-from tracediag import rule as rule_module
-from tracediag.config import from_mapping
-from tracediag.engine import diagnose
-from tracediag.errors import UsageError
+from tracediag.engine import rule as rule_module
+from tracediag.engine.config import from_mapping
+from tracediag.engine.diagnose import diagnose
+from tracediag.model.errors import UsageError
 
 
 def test_entry_point_rules_join_the_builtin_ones(monkeypatch):

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from tracediag.config import Config
-from tracediag.engine import diagnose
-from tracediag.findings import Severity
-from tracediag.loader import load
-from tracediag.rule import all_rules
+from tracediag.engine.config import Config
+from tracediag.engine.diagnose import diagnose
+from tracediag.engine.rule import all_rules
+from tracediag.loading.loader import load
+from tracediag.model.findings import Severity
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 

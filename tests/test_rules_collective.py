@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from tests.trace_factory import RankSpec, build
 from tests.worked_example import example_trace, rank_part
-from tracediag.builder import assemble
-from tracediag.config import Config
-from tracediag.engine import diagnose
-from tracediag.findings import Severity
+from tracediag.engine.config import Config
+from tracediag.engine.diagnose import diagnose
+from tracediag.model.assembly import assemble
+from tracediag.model.findings import Severity
 
 WORK, SLOW, AR = 10_000, 13_000, 1_000
 

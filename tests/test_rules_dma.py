@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from tests.trace_factory import RankSpec, build
-from tracediag.config import Config
-from tracediag.engine import diagnose
-from tracediag.findings import Severity
+from tracediag.engine.config import Config
+from tracediag.engine.diagnose import diagnose
+from tracediag.model.findings import Severity
 
 MIB = 1 << 20
 BW = 25e9  # bytes/s: the queue's normal bandwidth

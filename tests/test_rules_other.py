@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from tests.trace_factory import RankSpec, build
-from tracediag import schema as S
-from tracediag.align import align_clocks
-from tracediag.config import Config
-from tracediag.engine import diagnose
-from tracediag.findings import Severity
+from tracediag.engine.config import Config
+from tracediag.engine.diagnose import diagnose
+from tracediag.loading.clock_alignment import align_clocks
+from tracediag.model import schema as S
+from tracediag.model.findings import Severity
 
 
 def _only(d, code):

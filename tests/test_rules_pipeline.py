@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from tests.trace_factory import RankSpec, build
-from tracediag.config import Config
-from tracediag.engine import diagnose
-from tracediag.findings import Severity
+from tracediag.analysis.parallel_layout import infer_layout
+from tracediag.engine.config import Config
+from tracediag.engine.diagnose import diagnose
 from tracediag.generator import generate
-from tracediag.layout import infer_layout
-from tracediag.loader import load
+from tracediag.loading.loader import load
+from tracediag.model.findings import Severity
 
 CODES = ["PIP601", "PIP602", "COL203"]
 TOLERANCE = 0.15

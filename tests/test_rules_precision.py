@@ -18,14 +18,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.trace_factory import RankSpec, build
-from tracediag import dtypes
-from tracediag import schema as S
-from tracediag.config import Config
-from tracediag.engine import diagnose
-from tracediag.fileio import read_bytes
-from tracediag.findings import Severity
+from tracediag.engine.config import Config
+from tracediag.engine.diagnose import diagnose
 from tracediag.generator import generate
-from tracediag.loader import load
+from tracediag.io.files import read_bytes
+from tracediag.loading.loader import load
+from tracediag.model import numeric_formats as dtypes
+from tracediag.model import schema as S
+from tracediag.model.findings import Severity
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable, Input, Markdown
 
-from tracediag.engine import diagnose
-from tracediag.findings import Severity
-from tracediag.loader import load
+from tracediag.engine.diagnose import diagnose
+from tracediag.loading.loader import load
+from tracediag.model.findings import Severity
 from tracediag.tui.app import DARK, LIGHT, make_app
 from tracediag.tui.detail_screen import FindingDetailScreen
 from tracediag.tui.findings_screen import FindingsScreen

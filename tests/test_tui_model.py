@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from tests.worked_example import example_trace
-from tracediag.config import Config
-from tracediag.engine import diagnose
-from tracediag.errors import TraceInputError
-from tracediag.findings import Severity
-from tracediag.skew import lateness_grid
+from tracediag.analysis.arrival_skew import lateness_grid
+from tracediag.engine.config import Config
+from tracediag.engine.diagnose import diagnose
+from tracediag.model.errors import TraceInputError
+from tracediag.model.findings import Severity
 from tracediag.tui import event_info, targets
 from tracediag.tui.findings_query import FindingsQuery
 from tracediag.tui.session import (

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tracediag.engine import diagnose
-from tracediag.loader import load
+from tracediag.engine.diagnose import diagnose
+from tracediag.loading.loader import load
 from tracediag.tui.app import make_app
 
 pytest.importorskip("pytest_textual_snapshot")

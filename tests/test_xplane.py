@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from tests.chrome_helpers import shared
-from tracediag import schema as S
-from tracediag.builder import assemble
 from tracediag.cli.main import main
-from tracediag.errors import TraceInputError
+from tracediag.model import schema as S
+from tracediag.model.assembly import assemble
+from tracediag.model.errors import TraceInputError
 from tracediag.parsers import perfetto, xplane
 from tracediag.parsers.protos.xplane_pb2 import XSpace
 

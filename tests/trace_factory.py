@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from tracediag import schema as S
-from tracediag.builder import RankPart, assemble
+from tracediag.model import schema as S
+from tracediag.model.assembly import RankPart, assemble
 
 TRACK_KIND = {
     "sync": "compute_engine",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracediag import schema as S
-from tracediag.builder import RankPart, assemble
+from tracediag.model import schema as S
+from tracediag.model.assembly import RankPart, assemble
 
 # (name, track, kind, start, end)
 _EVENTS = [

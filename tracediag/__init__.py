@@ -1,6 +1,6 @@
 """tracediag: why is this ML accelerator job slow? Critical path, stalls and what fixing them saves.
 
-The Python API (see :mod:`tracediag.api` and :mod:`tracediag.api_whatif`)::
+The Python API (see :mod:`tracediag.api.job` and :mod:`tracediag.api.whatif`)::
 
     import tracediag
 
@@ -42,31 +42,31 @@ __all__ = [
 
 #: Public name -> the module that defines it (imported when the name is first used).
 _LAZY = {
-    "Job": "tracediag.api",
-    "Diagnosis": "tracediag.api",
-    "diagnose": "tracediag.api",
-    "load": "tracediag.api",
-    "open_tui": "tracediag.api",
-    "Scale": "tracediag.api_whatif",
-    "RemoveWait": "tracediag.api_whatif",
-    "WhatIfResult": "tracediag.api_whatif",
-    "what_if": "tracediag.api_whatif",
-    "Finding": "tracediag.findings",
-    "Severity": "tracediag.findings",
-    "Config": "tracediag.config",
-    "TracediagError": "tracediag.errors",
-    "TraceInputError": "tracediag.errors",
-    "UsageError": "tracediag.errors",
+    "Job": "tracediag.api.job",
+    "Diagnosis": "tracediag.api.job",
+    "diagnose": "tracediag.api.job",
+    "load": "tracediag.api.job",
+    "open_tui": "tracediag.api.job",
+    "Scale": "tracediag.api.whatif",
+    "RemoveWait": "tracediag.api.whatif",
+    "WhatIfResult": "tracediag.api.whatif",
+    "what_if": "tracediag.api.whatif",
+    "Finding": "tracediag.model.findings",
+    "Severity": "tracediag.model.findings",
+    "Config": "tracediag.engine.config",
+    "TracediagError": "tracediag.model.errors",
+    "TraceInputError": "tracediag.model.errors",
+    "UsageError": "tracediag.model.errors",
 }
 
 if TYPE_CHECKING:
     from typing import Any
 
-    from tracediag.api import Diagnosis, Job, diagnose, load, open_tui
-    from tracediag.api_whatif import RemoveWait, Scale, WhatIfResult, what_if
-    from tracediag.config import Config
-    from tracediag.errors import TracediagError, TraceInputError, UsageError
-    from tracediag.findings import Finding, Severity
+    from tracediag.api.job import Diagnosis, Job, diagnose, load, open_tui
+    from tracediag.api.whatif import RemoveWait, Scale, WhatIfResult, what_if
+    from tracediag.engine.config import Config
+    from tracediag.model.errors import TracediagError, TraceInputError, UsageError
+    from tracediag.model.findings import Finding, Severity
 
 
 def __getattr__(name: str) -> Any:

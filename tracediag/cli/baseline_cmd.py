@@ -13,7 +13,7 @@ import orjson
 
 from tracediag.cli.common import add_diagnosis_options, emit, resolve_config, say
 from tracediag.cli.runs import report_of
-from tracediag.errors import UsageError
+from tracediag.model.errors import UsageError
 from tracediag.report.labels import plural
 
 
@@ -42,7 +42,7 @@ def add_parser(commands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Diagnose every run and write the baseline; 0 on success."""
-    from tracediag.baseline import load_baseline, make_baseline
+    from tracediag.ci.baseline import load_baseline, make_baseline
 
     if args.keep is not None and args.keep < 1:
         raise UsageError("--keep must be at least 1")

@@ -19,7 +19,7 @@ from tracediag.cli.common import (
     say,
     use_color,
 )
-from tracediag.findings import Severity
+from tracediag.model.findings import Severity
 from tracediag.report.labels import plural
 
 
@@ -68,10 +68,10 @@ def add_parser(commands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Diagnose, judge, write the report, then the verdict on stderr; the exit code is the verdict."""
-    from tracediag.baseline import compare, load_baseline
-    from tracediag.gate import evaluate_gate, verdict_line
+    from tracediag.ci.baseline import compare, load_baseline
+    from tracediag.ci.gate import evaluate_gate, verdict_line
+    from tracediag.engine.trace_ignores import apply_per_trace_ignores
     from tracediag.report.check_formats import render_check
-    from tracediag.trace_ignores import apply_per_trace_ignores
 
     config = resolve_config(args)
     if args.fail_on is not None:
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     emit(args, render_check(report, args.format, color=color, width=width))
     say(args, verdict_line(report["gate"]))
     if args.record:
-        from tracediag.history import record
+        from tracediag.ci.history import record
 
         run_id = record(args.record, report, label=args.label, gate_passed=report["gate"]["passed"])
         say(args, f"recorded run {run_id} in {args.record}")

@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracediag.config import Config, load_config
-from tracediag.errors import UsageError, did_you_mean
+from tracediag.engine.config import Config, load_config
+from tracediag.model.errors import UsageError, did_you_mean
 from tracediag.report.labels import plural
 
 if TYPE_CHECKING:
-    from tracediag.engine import Diagnosis
+    from tracediag.engine.diagnose import Diagnosis
 
 MAX_WIDTH = 100  # text output is never wider: long lines are hard to read
 
@@ -108,7 +108,7 @@ def reading_options(args: argparse.Namespace) -> dict:
 
 def layout_sizes(text: str) -> dict[str, int]:
     """argparse type of ``--layout``: ``dp=4,tp=8,pp=4`` -> sizes."""
-    from tracediag.layout import parse_layout
+    from tracediag.analysis.parallel_layout import parse_layout
 
     try:
         return parse_layout(text)
@@ -128,7 +128,7 @@ def resolve_config(args: argparse.Namespace) -> Config:
     ``--select`` starts the selection afresh (the file's select, extend-select and ignore are
     dropped); ``--extend-select`` and ``--ignore`` add to what the file says.
     """
-    from tracediag.rule import all_rules
+    from tracediag.engine.rule import all_rules
 
     config = load_config(args.config)
     known = list(all_rules())
@@ -155,8 +155,8 @@ def say(args: argparse.Namespace, message: str) -> None:
 
 def diagnose_paths(args: argparse.Namespace, config: Config) -> Diagnosis:
     """Load the inputs (progress on stderr unless quiet) and diagnose them."""
-    from tracediag.engine import diagnose
-    from tracediag.loader import load, stderr_progress
+    from tracediag.engine.diagnose import diagnose
+    from tracediag.loading.loader import load, stderr_progress
 
     trace = load(
         args.paths,

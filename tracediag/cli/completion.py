@@ -81,8 +81,8 @@ def script(shell: str, parser: argparse.ArgumentParser) -> str:
 
 def rule_codes() -> list[str]:
     """What a rule selection accepts: ``ALL``, family prefixes and every rule code."""
-    from tracediag.findings import FAMILIES
-    from tracediag.rule import all_rules
+    from tracediag.engine.rule import all_rules
+    from tracediag.model.findings import FAMILIES
 
     return ["ALL", *FAMILIES, *all_rules()]
 
@@ -116,7 +116,7 @@ def _values(action: argparse.Action) -> Values:
     if action.type is codes:
         return Values("codes")
     if action.dest == "code":  # `tracediag rule CODE`
-        from tracediag.rule import all_rules
+        from tracediag.engine.rule import all_rules
 
         rules = all_rules()
         return Values("words", (*rules, *(cls.name for cls in rules.values())))

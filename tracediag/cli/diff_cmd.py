@@ -8,7 +8,7 @@ import orjson
 
 from tracediag.cli.common import add_diagnosis_options, emit, resolve_config
 from tracediag.cli.runs import report_of
-from tracediag.errors import UsageError
+from tracediag.model.errors import UsageError
 
 FORMATS = ("text", "markdown", "json")
 
@@ -40,7 +40,7 @@ def add_parser(commands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Diagnose (or read) both runs, compare, print; 0 on success."""
-    from tracediag.compare import correlate, diff_reports
+    from tracediag.ci.diff import correlate, diff_reports
     from tracediag.report.diff_render import render_diff_markdown, render_diff_text
 
     if len(args.paths) != 2:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from tracediag.cli.common import add_diagnosis_options, diagnose_paths, resolve_config, say
-from tracediag.errors import UsageError
+from tracediag.model.errors import UsageError
 
 FORMATS = ("perfetto", "chrome")
 
@@ -37,11 +37,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("export needs -o FILE (the trace to write)")
     diagnosis = diagnose_paths(args, resolve_config(args))
     if args.format == "chrome":
-        from tracediag.chrome_export import write_chrome
+        from tracediag.export.chrome_trace import write_chrome
 
         write_chrome(diagnosis, args.output)
     else:
-        from tracediag.perfetto_export import write_perfetto
+        from tracediag.export.perfetto_trace import write_perfetto
 
         write_perfetto(diagnosis, args.output)
     say(args, f"wrote {args.output} ({args.format})")

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from tracediag.cli.common import say
-from tracediag.errors import UsageError, did_you_mean
+from tracediag.model.errors import UsageError, did_you_mean
 
 
 def _formats(text: str) -> tuple[str, ...]:

@@ -25,8 +25,8 @@ from tracediag.cli import (
     rules_cmd,
     trend_cmd,
 )
-from tracediag.errors import TracediagError, UsageError
-from tracediag.tui import command as tui_command
+from tracediag.cli import tui_cmd as tui_command
+from tracediag.model.errors import TracediagError, UsageError
 
 EPILOG = """exit codes: 0 the gate passes, 1 it fails (check: findings at or above it, budgets
 exceeded, regressions against a baseline; trend --fail-on-change), 2 usage, configuration or

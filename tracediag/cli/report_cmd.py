@@ -13,7 +13,7 @@ from tracediag.cli.common import (
     say,
     use_color,
 )
-from tracediag.errors import UsageError
+from tracediag.model.errors import UsageError
 from tracediag.report.labels import plural
 
 
@@ -41,8 +41,8 @@ def add_parser(commands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Load, diagnose, render; 0 on success."""
+    from tracediag.engine.trace_ignores import apply_per_trace_ignores
     from tracediag.report import render
-    from tracediag.trace_ignores import apply_per_trace_ignores
 
     if args.history and args.format != "html":
         raise UsageError("--history needs --format html")
@@ -53,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
         say(args, f"{plural(dropped, 'finding')} ignored by per-trace-ignores")
     history = None
     if args.history:
-        from tracediag.history import load_history
-        from tracediag.trend import DEFAULT_METRICS, trend
+        from tracediag.ci.history import load_history
+        from tracediag.ci.trend import DEFAULT_METRICS, trend
 
         history = trend(*load_history(args.history), DEFAULT_METRICS)
     color, width = use_color(args.output), output_width(args.output)

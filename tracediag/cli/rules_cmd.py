@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from tracediag.cli.common import output_width
-from tracediag.errors import UsageError, did_you_mean
-from tracediag.findings import FAMILIES, family_of
+from tracediag.model.errors import UsageError, did_you_mean
+from tracediag.model.findings import FAMILIES, family_of
 
 
 def add_parsers(commands) -> None:
@@ -32,7 +32,7 @@ def add_parsers(commands) -> None:
 
 def run_rules(args: argparse.Namespace) -> int:
     """Print the rule table, one rule a line, cut to the terminal's width (at most 100 columns)."""
-    from tracediag.rule import all_rules
+    from tracediag.engine.rule import all_rules
 
     rows = [
         (cls.code, cls.name, family_of(cls.code), str(cls.severity), cls.title)
@@ -50,7 +50,7 @@ def run_rules(args: argparse.Namespace) -> int:
 
 def run_rule(args: argparse.Namespace) -> int:
     """Print the document of the rule named by code (any case) or by name."""
-    from tracediag.rule import all_rules
+    from tracediag.engine.rule import all_rules
 
     rules = all_rules()
     wanted = args.code.strip()

@@ -9,14 +9,14 @@ import argparse
 from pathlib import Path
 
 from tracediag.cli.common import diagnose_paths, say
-from tracediag.config import Config
+from tracediag.engine.config import Config
 from tracediag.report.labels import plural
 
 
 def report_of(path: str, args: argparse.Namespace, config: Config) -> dict:
     """The JSON report of one run at ``path`` (per-trace ignores applied to fresh diagnoses)."""
-    from tracediag.saved_report import is_saved_report, load_report
-    from tracediag.trace_ignores import apply_per_trace_ignores
+    from tracediag.ci.saved_report import is_saved_report, load_report
+    from tracediag.engine.trace_ignores import apply_per_trace_ignores
 
     if is_saved_report(Path(path)):
         say(args, f"reading the saved report {path}")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import orjson
 
-from tracediag.errors import UsageError
-from tracediag.metrics import CATALOG
+from tracediag.ci.metrics import CATALOG
+from tracediag.model.errors import UsageError
 
 FORMATS = ("text", "markdown", "json")
 
@@ -45,9 +45,9 @@ def add_parser(commands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Read the history, test each metric, print; 1 with --fail-on-change and a regression."""
-    from tracediag.history import load_history
+    from tracediag.ci.history import load_history
+    from tracediag.ci.trend import DEFAULT_METRICS, trend
     from tracediag.report.trend_render import render_trend_markdown, render_trend_text
-    from tracediag.trend import DEFAULT_METRICS, trend
 
     metrics = args.metric or DEFAULT_METRICS
     unknown = [m for m in metrics if m not in CATALOG]

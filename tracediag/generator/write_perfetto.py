@@ -15,7 +15,7 @@ Collectives are not shown in the documented screenshots; this writer puts each `
 ``CC Stream <n> - Row <k>`` track, named by its operation, with the CcOp fields as annotations
 (our convention; the Perfetto reader maps it). Times are the rank's device clock, as in the
 Parquet and legacy JSON outputs of the same rank. Everything is encoded column by column
-(:mod:`tracediag.protowire`): no message object per event.
+(:mod:`tracediag.io.protowire`): no message object per event.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tracediag import protowire as W
 from tracediag.generator.device_tables import RankTables
 from tracediag.generator.write_neuron_json import SUBGROUP
+from tracediag.io import protowire as W
 from tracediag.parsers.protos.perfetto_trace_pb2 import Trace
 
 SEQUENCE = 1

@@ -1,4 +1,4 @@
-"""Renderers of a :class:`~tracediag.engine.Diagnosis`: one module per format, no analysis.
+"""Renderers of a :class:`~tracediag.engine.diagnose.Diagnosis`: one module per format, no analysis.
 
 Every renderer reads the JSON report (``Diagnosis.to_dict()``), so all formats say the same; the
 HTML page also draws pictures from the trace itself (``html_views``) when it has one.
@@ -14,7 +14,7 @@ from tracediag.report.markdown import render_markdown
 from tracediag.report.text import render_text
 
 if TYPE_CHECKING:
-    from tracediag.engine import Diagnosis
+    from tracediag.engine.diagnose import Diagnosis
 
 #: Format name -> renderer of the report dictionary.
 _RENDERERS = {
@@ -35,7 +35,7 @@ def render(
     width: int = 100,
 ) -> str:
     """``diagnosis`` as text in format ``fmt`` (one of :data:`FORMATS`); ``color`` and ``width``
-    (columns) for text only, ``trend`` (of :func:`tracediag.trend.trend`) for HTML only."""
+    (columns) for text only, ``trend`` (of :func:`tracediag.ci.trend.trend`) for HTML only."""
     if fmt not in _RENDERERS:
         raise ValueError(f"unknown report format {fmt!r} (choose from {', '.join(FORMATS)})")
     report = diagnosis.to_dict()

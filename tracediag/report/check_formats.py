@@ -1,6 +1,6 @@
 """Output formats of ``tracediag check``: the report formats plus the CI formats.
 
-The check report is the JSON report with a ``gate`` section (see :mod:`tracediag.gate`);
+The check report is the JSON report with a ``gate`` section (see :mod:`tracediag.ci.gate`);
 ``json`` writes it whole, ``text`` and ``markdown`` append the verdict to the report, ``junit``,
 ``sarif`` and ``github`` are for CI systems.
 """

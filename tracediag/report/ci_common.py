@@ -7,13 +7,13 @@ from pathlib import PurePath
 
 import orjson
 
+from tracediag.model.units import fmt_ns
 from tracediag.report.labels import ranks_label, window
-from tracediag.units import fmt_ns
 
 
 def rule_info() -> dict[str, dict]:
     """Per rule code: ``name``, ``title``, ``severity``, ``doc`` (sections) and ``document``."""
-    from tracediag.rule import all_rules
+    from tracediag.engine.rule import all_rules
 
     return {
         code: {

@@ -3,7 +3,7 @@ result dictionary itself)."""
 
 from __future__ import annotations
 
-from tracediag.units import fmt_ns
+from tracediag.model.units import fmt_ns
 
 
 def _ns(v) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tracediag.gate import regression_message, verdict_line
+from tracediag.ci.gate import regression_message, verdict_line
 from tracediag.report.labels import plural
 
 

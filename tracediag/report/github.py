@@ -7,7 +7,7 @@ regressions are errors. The last line is the verdict as a notice or an error.
 
 from __future__ import annotations
 
-from tracediag.gate import verdict_line
+from tracediag.ci.gate import verdict_line
 from tracediag.report.ci_common import gate_of, scope_label, trace_path
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from html import escape
 from statistics import median
 
+from tracediag.model.units import fmt_ns
 from tracediag.report.labels import rank_list, ranks_label, severity_counts, window
 from tracediag.report.svg import (
     CATEGORY_COLORS,
@@ -19,7 +20,6 @@ from tracediag.report.svg import (
     timeline,
     window_lanes,
 )
-from tracediag.units import fmt_ns
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:940px;
@@ -50,7 +50,7 @@ def _summary(report: dict) -> str:
     ]
     gate = report.get("gate")
     if gate:
-        from tracediag.gate import verdict_line
+        from tracediag.ci.gate import verdict_line
 
         css = "pass" if gate["passed"] else "fail"
         rows.append(("Gate", f'<span class="{css}">{escape(verdict_line(gate))}</span>'))
@@ -199,7 +199,7 @@ def _findings(report: dict) -> str:
 def _trend(trend: dict | None) -> str:
     if not trend:
         return ""
-    from tracediag.metrics import CATALOG, format_value
+    from tracediag.ci.metrics import CATALOG, format_value
 
     out = ["<h2>Trend</h2>"]
     for m in trend["metrics"]:
@@ -227,7 +227,7 @@ def _trend(trend: dict | None) -> str:
 
 
 def render_html(report: dict, trend: dict | None = None, views=None) -> str:
-    """The report (and, given, the trend of :func:`tracediag.trend.trend` and the trace's
+    """The report (and, given, the trend of :func:`tracediag.ci.trend.trend` and the trace's
     :class:`~tracediag.report.html_views.HtmlViews`) as one HTML page."""
     tool = report.get("tool", {})
     title = f"tracediag report: {fmt_ns(report['critical_path']['length_ns'])} critical path"

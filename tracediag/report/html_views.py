@@ -1,7 +1,7 @@
 """What the HTML report draws from the trace itself, beyond the JSON report: the arrival skew
 per (collective instance x rank) and the events of the worst finding's window.
 
-Computed from a :class:`~tracediag.engine.Diagnosis`; a report rendered from a saved JSON report
+Computed from a :class:`~tracediag.engine.diagnose.Diagnosis`; a report rendered from a saved JSON report
 has no trace and draws without them. Everything is vectorised and capped, so the page stays
 small whatever the trace's size.
 """
@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tracediag import schema as S
+from tracediag.analysis.arrival_skew import LatenessGrid, lateness, lateness_grid
+from tracediag.model import schema as S
 from tracediag.report.svg import CATEGORY_COLORS
-from tracediag.skew import LatenessGrid, lateness, lateness_grid
 
 #: At most this many collective instances (columns of the skew heatmap): the latest-arriving.
 MAX_INSTANCES = 120

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tracediag.units import fmt_ns
+from tracediag.model.units import fmt_ns
 
 
 def percent(part: float, whole: float) -> str:

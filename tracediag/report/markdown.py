@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 
+from tracediag.model.units import fmt_ns
 from tracediag.report.labels import (
     layout_label,
     percent,
@@ -12,7 +13,6 @@ from tracediag.report.labels import (
     severity_counts,
     window,
 )
-from tracediag.units import fmt_ns
 
 #: Rows of the findings table and findings detailed below it; the rest is counted, since a
 #: PR comment has a size limit (65536 characters on GitHub).

@@ -2,7 +2,7 @@
 
 One run; its driver lists a rule descriptor (with the rule's document as help) for every rule
 that ran, plus one per budget and baseline metric that failed. Each finding is a result with a
-stable ``partialFingerprints`` entry (see :mod:`tracediag.fingerprint`), so the same problem is
+stable ``partialFingerprints`` entry (see :mod:`tracediag.model.fingerprints`), so the same problem is
 the same alert in every run, and the trace file as its artifact location. GitHub requires a
 ``region.startLine`` on every location: traces have no lines, so it is always 1.
 """
@@ -15,8 +15,8 @@ from urllib.parse import quote
 import orjson
 
 from tracediag import __version__
-from tracediag.findings import family_of
-from tracediag.fingerprint import FINGERPRINT_VERSION
+from tracediag.model.findings import family_of
+from tracediag.model.fingerprints import FINGERPRINT_VERSION
 from tracediag.report.ci_common import finding_figures, gate_of, rule_info, scope_label, trace_path
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"

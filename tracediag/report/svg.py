@@ -184,7 +184,7 @@ def _skew_fill(level: int) -> str:
 
 def skew_grid(grid, fmt, width: int = 860) -> str:
     """Arrival lateness per rank (rows) and collective instance (columns, in time order), from a
-    :class:`tracediag.skew.LatenessGrid`: a straggler is a dark row."""
+    :class:`tracediag.analysis.arrival_skew.LatenessGrid`: a straggler is a dark row."""
     n_inst, n_ranks = grid.late.shape
     left, top = 70, 8
     cell_w = max(2.0, min(24.0, (width - left - 10) / max(n_inst, 1)))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import textwrap
 
+from tracediag.model.units import fmt_ns
 from tracediag.report.labels import (
     layout_label,
     percent,
@@ -17,7 +18,6 @@ from tracediag.report.labels import (
     severity_counts,
     window,
 )
-from tracediag.units import fmt_ns
 
 WIDTH = 100
 MIN_WIDTH = 60  # narrower requests are laid out at this width

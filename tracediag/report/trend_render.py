@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracediag.metrics import CATALOG, format_value
+from tracediag.ci.metrics import CATALOG, format_value
 
 BARS = "▁▂▃▄▅▆▇█"
 

@@ -16,9 +16,9 @@ from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.screen import Screen
 
-from tracediag.config import Config
-from tracediag.engine import Diagnosis
-from tracediag.findings import Finding
+from tracediag.engine.config import Config
+from tracediag.engine.diagnose import Diagnosis
+from tracediag.model.findings import Finding
 from tracediag.tui import targets
 from tracediag.tui.detail_screen import FindingDetailScreen
 from tracediag.tui.findings_screen import FindingsScreen

@@ -10,11 +10,11 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Markdown, Static
 
-from tracediag.findings import Finding
+from tracediag.engine.rule import all_rules
+from tracediag.model.findings import Finding
+from tracediag.model.units import fmt_bytes, fmt_ns
 from tracediag.report.labels import rank_list
-from tracediag.rule import all_rules
 from tracediag.tui.styles import SEVERITY_STYLE
-from tracediag.units import fmt_bytes, fmt_ns
 
 
 def evidence_rows(evidence: dict, prefix: str = "") -> list[tuple[str, str]]:

@@ -9,10 +9,10 @@ import math
 
 import numpy as np
 
-from tracediag import graph as G
-from tracediag import schema as S
+from tracediag.graph import dependencies as G
+from tracediag.model import schema as S
+from tracediag.model.units import fmt_bytes, fmt_ns
 from tracediag.tui.session import Session
-from tracediag.units import fmt_bytes, fmt_ns
 
 
 def _field(ev, col: str, event: int):

@@ -10,11 +10,11 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
-from tracediag.findings import Finding
+from tracediag.model.findings import Finding
+from tracediag.model.units import fmt_ns
 from tracediag.report.labels import rank_list
 from tracediag.tui import findings_query as Q
 from tracediag.tui.styles import SEVERITY_STYLE
-from tracediag.units import fmt_ns
 
 _FILTER = Binding.Group("filter", compact=True)
 

@@ -12,8 +12,8 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
-from tracediag.skew import LatenessGrid
-from tracediag.units import fmt_bytes, fmt_ns
+from tracediag.analysis.arrival_skew import LatenessGrid
+from tracediag.model.units import fmt_bytes, fmt_ns
 
 LABEL_WIDTH = 24
 WIDE_CELL = 9

@@ -10,10 +10,10 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from tracediag.model.units import fmt_ns
 from tracediag.report.labels import layout_label, plural, rank_list, severity_counts
 from tracediag.tui.findings_screen import finding_cells
 from tracediag.tui.styles import CATEGORY_COLOR
-from tracediag.units import fmt_ns
 
 TOP_FINDINGS = 5
 BAR_WIDTH = 56

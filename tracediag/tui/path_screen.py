@@ -7,10 +7,10 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from tracediag.model.units import fmt_ns
 from tracediag.tui import targets
 from tracediag.tui.row_list import RowList
 from tracediag.tui.styles import CATEGORY_COLOR
-from tracediag.units import fmt_ns
 
 COLUMNS = [
     ("#", 6),

@@ -7,10 +7,10 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from tracediag.skew import lateness_grid
+from tracediag.analysis.arrival_skew import lateness_grid
+from tracediag.model.units import fmt_ns
 from tracediag.tui import targets
 from tracediag.tui.heatmap import HeatmapView
-from tracediag.units import fmt_ns
 
 
 class RanksScreen(Screen):

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tracediag.config import Config
-from tracediag.engine import DIAGNOSE_STAGES, Diagnosis, diagnose
-from tracediag.errors import TracediagError
-from tracediag.loader import discover, load
+from tracediag.engine.config import Config
+from tracediag.engine.diagnose import DIAGNOSE_STAGES, Diagnosis, diagnose
+from tracediag.loading.loader import discover, load
+from tracediag.model.errors import TracediagError
 from tracediag.tui.timeline_index import TimelineIndex
 from tracediag.tui.timeline_state import track_ranks
 
@@ -67,7 +67,7 @@ class Session:
     @cached_property
     def lateness(self) -> pd.DataFrame:
         """Arrival lateness per (collective instance, rank), from ``skew.lateness``."""
-        from tracediag.skew import lateness
+        from tracediag.analysis.arrival_skew import lateness
 
         return lateness(self.trace.collectives)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracediag import schema as S
-from tracediag.findings import Finding
+from tracediag.model import schema as S
+from tracediag.model.findings import Finding
 from tracediag.tui.session import Session
 from tracediag.tui.timeline_state import MIN_SPAN_NS, TimelineTarget
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tracediag import schema as S
+from tracediag.model import schema as S
 
 #: Block of at least this many columns gets the event's name written inside it.
 LABEL_MIN_COLUMNS = 6

@@ -9,12 +9,12 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from tracediag.model.units import fmt_ns
 from tracediag.report.labels import rank_list
 from tracediag.tui import event_info
 from tracediag.tui.session import Session
 from tracediag.tui.timeline_state import TimelineState, TimelineTarget
 from tracediag.tui.timeline_widget import TimelineView
-from tracediag.units import fmt_ns
 
 _MOVE = Binding.Group("move", compact=True)
 _ZOOM = Binding.Group("zoom", compact=True)

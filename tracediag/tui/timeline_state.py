@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tracediag import schema as S
+from tracediag.model import schema as S
 from tracediag.tui.timeline_index import TimelineIndex
 
 #: The narrowest window (ns) zooming in reaches.

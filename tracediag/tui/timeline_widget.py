@@ -13,11 +13,11 @@ from rich.style import Style
 from textual.strip import Strip
 from textual.widget import Widget
 
-from tracediag import schema as S
+from tracediag.model import schema as S
+from tracediag.model.units import fmt_ns
 from tracediag.tui.session import Session
 from tracediag.tui.timeline_index import LaneCells
 from tracediag.tui.timeline_state import TimelineState
-from tracediag.units import fmt_ns
 
 LABEL_WIDTH = 16
 TICK_EVERY = 14  # columns between ruler labels

@@ -1,0 +1,210 @@
+"""The analysed trace that rules read: graph, critical path, breakdowns, hardware, what-ifs.
+
+Built once per diagnosis by :func:`analyse`; rules never recompute any of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import pandas as pd
+
+from tracediag.analysis import hardware as hw
+from tracediag.analysis.parallel_layout import Layout, infer_layout
+from tracediag.analysis.peers import dma_frame, event_ordinals, excess_over_peers
+from tracediag.analysis.temporal_breakdown import temporal_breakdown
+from tracediag.graph.critical_path import CriticalPath, node_categories, texts_by_code, walk
+from tracediag.graph.dependencies import Graph, build_graph
+from tracediag.graph.inferred_edges import wait_edges
+from tracediag.graph.replay import WhatIf, replay
+from tracediag.model import schema as S
+from tracediag.model.findings import Finding, Severity
+from tracediag.whatif.peer_pace import peer_gap_medians
+
+
+@dataclass
+class Analysis:
+    """Everything a rule may read. Times are aligned ns."""
+
+    trace: S.Trace
+    graph: Graph
+    path: CriticalPath
+    own_category: np.ndarray  # per node, index into CATEGORIES
+    gap_category: np.ndarray
+    breakdown: pd.DataFrame  # per rank: compute/communication/memory/idle ns and pct
+    hardware: dict[int, hw.Hardware | None]
+    step_ns: dict[int, int]  # per rank: first start to last end of its graph events
+    inferred: pd.DataFrame | None = None  # dependencies inferred from semaphore waits (infer.py)
+
+    @cached_property
+    def segments(self) -> pd.DataFrame:
+        """The path's segments with their event's fields (name, kind, layer, op, bytes, wait,
+        track name). Built on first use: its text columns cost a string per segment, so rules
+        that read only the path's own columns read ``path.segments``."""
+        return _segments_with_events(self.path.segments, self.trace)
+
+    @cached_property
+    def layout(self) -> Layout:
+        """The parallel layout, inferred unless the engine set an explicit one (layout.py)."""
+        return infer_layout(self.trace)
+
+    @cached_property
+    def ordinals(self) -> np.ndarray:
+        """Per event: its position in time order on its track (matches peers across ranks)."""
+        return event_ordinals(self.trace)
+
+    @cached_property
+    def excess_over_peers(self) -> np.ndarray:
+        """Per event: ns longer than the median of the same work on the other ranks."""
+        return excess_over_peers(self.trace, self.ordinals)
+
+    @cached_property
+    def peer_gap_medians(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per node with a binding predecessor, its peers' median gap (pace.peer_gap_medians)."""
+        return peer_gap_medians(self)
+
+    @cached_property
+    def dma(self) -> pd.DataFrame:
+        """DMA events with queue, bytes, bandwidth and the layer they feed (see peers.dma_frame)."""
+        # The whole trace's ordinals when a rule built them already; else the DMA tracks' only.
+        return dma_frame(self.trace, self.__dict__.get("ordinals"), self.inferred)
+
+    @property
+    def length_ns(self) -> int:
+        """The critical path's length: the window's first start to its last end."""
+        return self.path.length_ns
+
+    def path_ns(self, *categories: str) -> int:
+        """ns of the critical path in ``categories``. No finding's impact there exceeds it: a
+        rule whose threshold even this misses stops before its per-event work."""
+        seg = self.path.segments
+        return int(seg["dur_ns"].to_numpy()[seg["category"].isin(categories).to_numpy()].sum())
+
+    def what_if(self, change: WhatIf) -> int:
+        """ns the window would be shorter with ``change``, by replay (never negative)."""
+        return max(0, self.length_ns - replay(self.graph, change).length_ns)
+
+    def pct(self, ns: float) -> float:
+        """``ns`` as a percentage of the critical path, rounded to 0.01."""
+        return round(100.0 * ns / self.length_ns, 2) if self.length_ns else 0.0
+
+    @cached_property
+    def _body_node_by_event(self) -> np.ndarray:
+        """Per event id: its body node (-1 for markers); built once, indexed by every lookup."""
+        return _body_node_table(self.graph, len(self.trace.events))
+
+    def nodes_of(self, event_ids) -> np.ndarray:
+        """The body node of each event: the node that carries its duration (-1 for markers)."""
+        events = np.asarray(event_ids, dtype=np.int64)
+        table = self._body_node_by_event
+        known = (events >= 0) & (events < len(table))
+        out = np.full(len(events), -1, dtype=np.int64)
+        out[known] = table[events[known]]
+        return out
+
+    def finding(self, rule, *, severity: Severity | None = None, **fields) -> Finding:
+        """A Finding of ``rule`` with ``impact_pct`` filled from ``impact_ns``."""
+        impact = int(fields.pop("impact_ns", 0))
+        return Finding(
+            code=rule.code,
+            severity=severity if severity is not None else rule.severity,
+            title=fields.pop("title", rule.title),
+            impact_ns=impact,
+            impact_pct=self.pct(impact),
+            **fields,
+        )
+
+    def track_name(self, track: int) -> str:
+        return str(self.trace.tracks[S.TRACK_NAME].iat[int(track)]) if track >= 0 else ""
+
+
+def _body_node_table(graph: Graph, n_events: int) -> np.ndarray:
+    body = np.flatnonzero(graph.role == 0)
+    table = np.full(max(n_events, int(graph.event[body].max(initial=-1)) + 1), -1, dtype=np.int64)
+    table[graph.event[body]] = body
+    return table
+
+
+def _segments_with_events(seg: pd.DataFrame, trace: S.Trace) -> pd.DataFrame:
+    ev = trace.events
+    has = seg["event"].to_numpy() >= 0
+    idx = np.maximum(seg["event"].to_numpy(), 0)
+    out = seg.copy()
+    for col in (S.NAME, S.KIND, S.LAYER, S.OP):
+        if col in ev:
+            out[col] = _path_texts(ev[col], idx, has)
+    for col in (S.BYTES, S.WAIT):
+        if col in ev:
+            out[col] = np.where(has, ev[col].to_numpy()[idx], np.nan)
+    names = trace.tracks[S.TRACK_NAME].astype(str).to_numpy()
+    tr = seg["track"].to_numpy()
+    if len(seg):
+        out["track_name"] = texts_by_code([*names, ""], np.where(tr >= 0, tr, len(names)))
+    else:  # an empty frame keeps the object column it always had
+        out["track_name"] = np.where(tr >= 0, names[np.maximum(tr, 0)] if len(names) else "", "")
+    return out
+
+
+def _path_texts(col: pd.Series, idx: np.ndarray, has: np.ndarray):
+    """``col`` at rows ``idx``, missing where not ``has``: by category code for a categorical of
+    strings (see texts_by_code), else (or when every row is missing, which pandas keeps as an
+    object column) the values themselves."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cats = col.cat.categories
+        codes = np.where(has, col.cat.codes.to_numpy()[idx], -1)
+        if (codes >= 0).any() and pd.api.types.infer_dtype(cats, skipna=False) == "string":
+            return texts_by_code(cats, codes)
+    vals = col.iloc[idx].astype(object).to_numpy()  # the path's rows only
+    return np.where(has, vals, None)
+
+
+def step_times(graph: Graph) -> dict[int, int]:
+    """Per rank: first start to last end of its nodes in the window (its device work)."""
+    ok = (graph.rank >= 0) & graph.window
+    rank = graph.rank[ok]
+    if not len(rank):
+        return {}
+    # Ranks are small integers: a min and a max per rank, without a frame or a sort.
+    first = np.full(int(rank.max()) + 1, np.iinfo(np.int64).max)
+    last = np.full(len(first), np.iinfo(np.int64).min)
+    np.minimum.at(first, rank, graph.start[ok])
+    np.maximum.at(last, rank, graph.end[ok])
+    return {int(r): int(last[r] - first[r]) for r in np.flatnonzero(np.bincount(rank))}
+
+
+#: The stages of :func:`analyse`, announced through its ``progress`` callback.
+GRAPH_STAGE = "building the dependency graph"
+PATH_STAGE = "walking the critical path"
+
+
+def analyse(
+    trace: S.Trace,
+    hardware_overrides: dict | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Analysis:
+    """Build the graph, walk the critical path and compute breakdowns for ``trace``;
+    ``progress`` is called with each stage's label as it starts."""
+    announce = progress or (lambda _stage: None)
+    announce(GRAPH_STAGE)
+    inferred = wait_edges(trace)
+    graph = build_graph(trace, inferred)
+    own, gapc = node_categories(graph, trace)
+    announce(PATH_STAGE)
+    path = walk(graph, trace, (own, gapc))
+    hardware = {
+        r: hw.resolve(m.hardware, m.format, hardware_overrides) for r, m in trace.meta.items()
+    }
+    return Analysis(
+        trace=trace,
+        graph=graph,
+        path=path,
+        own_category=own,
+        gap_category=gapc,
+        breakdown=temporal_breakdown(trace),
+        hardware=hardware,
+        step_ns=step_times(graph),
+        inferred=inferred,
+    )

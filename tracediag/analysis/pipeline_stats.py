@@ -1,0 +1,99 @@
+"""Per-stage pipeline figures the PIP rules read: busy time, bubble, warm-up, cool-down, waits.
+
+A rank's *busy* time is the union of its compute events inside the analysed window; its
+*bubble* the rest of the window. A stage's figures are the medians over its ranks. The number
+of micro-batches is the number of forward Sends (towards a later stage) on a link, or without
+Send/Recv sides half its transfers (one forward activation, one backward gradient each).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracediag.analysis.parallel_layout import P2P_OPS, group_members
+from tracediag.analysis.peers import interval_overlap
+from tracediag.model import schema as S
+
+
+def rank_busy(ctx, ranks) -> pd.DataFrame:
+    """Per rank: busy ns, first compute start and last compute end inside the window."""
+    ev = ctx.trace.events
+    lo, hi = ctx.path.start_ns, ctx.path.end_ns
+    rows = []
+    for rank in ranks:
+        c = ev[(ev[S.KIND] == "compute") & (ev[S.RANK] == rank)]
+        s = np.clip(c[S.TS].to_numpy(), lo, hi)
+        e = np.clip((c[S.TS] + c[S.DUR]).to_numpy(), lo, hi)
+        busy = int(interval_overlap(np.array([lo]), np.array([hi]), s, e)[0])
+        first = int(s.min()) if len(s) else lo
+        last = int(e.max()) if len(e) else hi
+        rows.append({"rank": int(rank), "busy_ns": busy, "first_ns": first, "last_ns": last})
+    return pd.DataFrame(rows).set_index("rank")
+
+
+def recv_waits(ctx) -> pd.Series:
+    """Per rank: ns its Recvs waited between arrival and the transfer's start."""
+    coll = ctx.trace.collectives
+    recv = coll[coll[S.COLL_OP].astype(str).str.lower() == "recv"]
+    return (recv[S.START] - recv[S.ARRIVAL]).clip(lower=0).groupby(recv[S.RANK]).sum()
+
+
+def micro_batches(ctx) -> int:
+    """Micro-batches per step: the forward Sends (to a later stage) on the busiest link; without
+    Send/Recv sides, half the transfers on it (one forward, one backward per micro-batch)."""
+    coll = ctx.trace.collectives
+    op = coll[S.COLL_OP].astype(str).str.lower()
+    p2p = coll[op.isin(P2P_OPS)]
+    if not len(p2p):
+        return 0
+    members = group_members(coll).loc[p2p.index].astype(str)
+    sends = (op.loc[p2p.index] == "send").to_numpy()
+    if sends.any():
+        stage = ctx.layout.coords["pp"]
+        # The peer of a two-sided transfer: the other participant of its instance.
+        peer = p2p.groupby(S.COLL_KEY)[S.RANK].transform("sum") - p2p[S.RANK]
+        paired = (p2p.groupby(S.COLL_KEY)[S.RANK].transform("size") == 2).to_numpy()
+        rank = p2p[S.RANK].to_numpy()
+        forward = sends & paired
+        forward[forward] = (
+            stage.reindex(peer.to_numpy()[forward]).to_numpy()
+            > stage.reindex(rank[forward]).to_numpy()
+        )
+        if forward.any():
+            fwd = p2p[forward]
+            return int(fwd.groupby(members[forward])[S.COLL_KEY].nunique().max())
+    per_link = p2p.groupby([members.astype(str), p2p[S.RANK]])[S.COLL_KEY].nunique()
+    return int(per_link.max()) // 2
+
+
+def stage_table(ctx) -> pd.DataFrame:
+    """Per stage (index): ranks, busy, bubble and its share, warm-up, cool-down, Recv waits."""
+    layout = ctx.layout
+    length = ctx.length_ns
+    per_rank = rank_busy(ctx, layout.coords.index)
+    waits = recv_waits(ctx)
+    rows = []
+    for stage, ranks in layout.stages().items():
+        mine = per_rank.loc[ranks]
+        busy = int(mine["busy_ns"].median())
+        rows.append(
+            {
+                "stage": stage,
+                "ranks": tuple(ranks),
+                "busy_ns": busy,
+                "bubble_ns": length - busy,
+                "bubble_pct": round(100.0 * (length - busy) / length, 2) if length else 0.0,
+                "warmup_ns": int((mine["first_ns"] - ctx.path.start_ns).median()),
+                "cooldown_ns": int((ctx.path.end_ns - mine["last_ns"]).median()),
+                "recv_wait_ns": int(waits.reindex(ranks).fillna(0).median()),
+                "first_ns": int(mine["first_ns"].min()),
+                "last_ns": int(mine["last_ns"].max()),
+            }
+        )
+    return pd.DataFrame(rows).set_index("stage")
+
+
+def ideal_bubble_pct(stages: int, micro: int) -> float:
+    """The 1F1B/GPipe bubble share (p - 1) / (m + p - 1), in percent."""
+    return 100.0 * (stages - 1) / (micro + stages - 1) if micro else 0.0

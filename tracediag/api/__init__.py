@@ -1,0 +1,1 @@
+"""The Python API for notebooks and scripts: Job, Diagnosis, what-if questions."""

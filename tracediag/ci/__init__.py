@@ -1,0 +1,1 @@
+"""The CI side: gate, budgets, baselines, history, trend, diff and their statistics."""

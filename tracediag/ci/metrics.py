@@ -1,0 +1,105 @@
+"""Scalar metrics of a JSON report: what budgets bound, baselines compare and history records.
+
+Every metric is read from the report dictionary (``Diagnosis.to_dict()`` or a saved JSON
+report), never from the trace, so a saved report gives the same numbers as a fresh diagnosis.
+Names are kebab-case; ``*-ns`` metrics may be bounded in ``us``, ``ms`` or ``s`` as well.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tracediag.graph.critical_path import CATEGORIES
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric's meaning, unit (``ns``, ``pct`` or ``count``) and which way is better."""
+
+    name: str
+    description: str
+    unit: str
+    lower_is_better: bool = True
+    gated: bool = False  # compared with a baseline by ``check --baseline``
+
+
+def _category_metrics() -> list[Metric]:
+    out = []
+    for cat in CATEGORIES:
+        label = cat.replace("_", " ")
+        key = cat.replace("_", "-")
+        out.append(Metric(f"{key}-ns", f"critical-path time in {label}", "ns", gated=True))
+        out.append(Metric(f"{key}-pct", f"share of the critical path in {label}", "pct"))
+    return out
+
+
+CATALOG: dict[str, Metric] = {
+    m.name: m
+    for m in [
+        Metric("step-time-ns", "step time (length of the critical path)", "ns", gated=True),
+        *_category_metrics(),
+        Metric(
+            "mfu-pct",
+            "model FLOPs utilisation of the least utilised rank",
+            "pct",
+            lower_is_better=False,
+            gated=True,
+        ),
+        Metric(
+            "rank-imbalance-pct", "slowest rank's step time over the fastest's, minus 100%", "pct"
+        ),
+        Metric("findings-error", "findings of severity error", "count"),
+        Metric("findings-warning", "findings of severity warning", "count"),
+        Metric("findings-info", "findings of severity info", "count"),
+        Metric("saving-upper-bound-ns", "sum of the findings' what-if savings", "ns"),
+    ]
+}
+
+#: Time units a ``*-ns`` metric may be written in (budgets, trend display).
+TIME_UNITS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+
+def report_metrics(report: dict) -> dict[str, float]:
+    """The metrics of ``report``; a metric the report cannot give (no FLOPs: no MFU) is absent."""
+    cp = report["critical_path"]
+    length = float(cp["length_ns"])
+    out: dict[str, float] = {"step-time-ns": length}
+    for cat in CATEGORIES:
+        ns = float(cp["by_category_ns"].get(cat, 0))
+        key = cat.replace("_", "-")
+        out[f"{key}-ns"] = ns
+        out[f"{key}-pct"] = round(100.0 * ns / length, 4) if length else 0.0
+    ranks = report.get("ranks", [])
+    mfu = [r["mfu_pct"] for r in ranks if r.get("mfu_pct") is not None]
+    if mfu:
+        out["mfu-pct"] = float(min(mfu))
+    steps = [r["step_time_ns"] for r in ranks if r.get("step_time_ns")]
+    if steps:
+        out["rank-imbalance-pct"] = round(100.0 * (max(steps) / min(steps) - 1.0), 4)
+    summary = report["summary"]
+    for sev in ("error", "warning", "info"):
+        out[f"findings-{sev}"] = float(summary.get(sev, 0))
+    out["saving-upper-bound-ns"] = float(summary.get("total_saving_ns_upper_bound", 0))
+    return out
+
+
+def resolve_metric(name: str) -> tuple[Metric, float]:
+    """``"step-time-ms"`` -> (the ``step-time-ns`` metric, 1e6): the metric and the factor from
+    the written unit to the metric's. Raises KeyError for an unknown name."""
+    if name in CATALOG:
+        return CATALOG[name], 1.0
+    stem, _, unit = name.rpartition("-")
+    if unit in TIME_UNITS and f"{stem}-ns" in CATALOG:
+        return CATALOG[f"{stem}-ns"], TIME_UNITS[unit]
+    raise KeyError(name)
+
+
+def format_value(metric: Metric, value: float) -> str:
+    """A metric value for people: ``6.682 ms``, ``73.1%``, ``3``."""
+    from tracediag.model.units import fmt_ns
+
+    if metric.unit == "ns":
+        return fmt_ns(value)
+    if metric.unit == "pct":
+        return f"{value:.2f}%"
+    return f"{value:g}"

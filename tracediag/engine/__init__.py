@@ -1,0 +1,1 @@
+"""The rule engine: rule base and registry, diagnose(), the Diagnosis, configuration."""

@@ -1,0 +1,1 @@
+"""A diagnosed job written as a trace other viewers open (Perfetto, Chrome)."""

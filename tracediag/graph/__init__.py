@@ -1,0 +1,1 @@
+"""The dependency graph: recorded and inferred edges, the critical path, replay."""

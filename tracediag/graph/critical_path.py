@@ -1,0 +1,250 @@
+"""The critical path: walk back from the last end along binding edges, attributing every ns.
+
+Categories (they sum to the path length, first start of the job to its last end):
+
+- ``compute``: an event of kind compute runs (with the engine or stream it runs on);
+- ``dma_transfer``: a DMA moves data (and the overhead between packets of one queue);
+- ``dma_wait``: a DMA queued after the instruction that triggered it;
+- ``collective_transfer``: a collective moves data once every participant has arrived;
+- ``collective_skew``: the collective waits for a late rank, from the median arrival of the
+  *other* participants to the last arrival;
+- ``host``: host-side work: runtime calls, launch latency, CPU time between launches, syncs;
+- ``gap``: latency nothing in the trace explains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from tracediag.graph import dependencies as G
+from tracediag.model import schema as S
+
+CATEGORIES = (
+    "compute",
+    "dma_transfer",
+    "dma_wait",
+    "collective_transfer",
+    "collective_skew",
+    "host",
+    "gap",
+)
+_CAT = {c: i for i, c in enumerate(CATEGORIES)}
+
+_OWN_CATEGORY = {
+    "compute": "compute",
+    "dma": "dma_transfer",
+    "collective": "collective_transfer",
+    "host": "host",
+    "sync": "host",
+}
+
+
+@dataclass
+class CriticalPath:
+    """The path as a table of segments, latest first, and its totals."""
+
+    segments: pd.DataFrame  # node, event, rank, track, category, engine, start_ns, end_ns, dur_ns
+    start_ns: int
+    end_ns: int
+
+    @property
+    def length_ns(self) -> int:
+        """First start to last end of the analysed window."""
+        return self.end_ns - self.start_ns
+
+    def by_category(self) -> dict[str, int]:
+        """ns per category (all categories present, zeros included)."""
+        sums = self.segments.groupby("category", observed=False)["dur_ns"].sum()
+        return {c: int(sums.get(c, 0)) for c in CATEGORIES}
+
+    def compute_by_engine(self) -> dict[str, int]:
+        """ns of ``compute`` per engine or stream."""
+        seg = self.segments
+        on = (seg["category"] == "compute").to_numpy()  # two columns sliced, not the frame
+        sums = seg["dur_ns"][on].groupby(seg["engine"][on]).sum()
+        return {str(k): int(v) for k, v in sums.items()}
+
+
+def node_categories(graph: G.Graph, trace: S.Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Per node: the category of its own duration and of its gap (indices into CATEGORIES)."""
+    n = len(graph)
+    ev = graph.event
+    # Category per distinct kind, then indexed per node (no string test per node).
+    # A missing kind's code -1 reads the trailing "gap" appended below.
+    kinds, kind_code = S.text_codes(trace.events[S.KIND])
+    own_of_kind = np.array(
+        [_CAT[_OWN_CATEGORY[k]] if k in _OWN_CATEGORY else _CAT["gap"] for k in kinds]
+        + [_CAT["gap"]],
+        dtype=np.int8,
+    )
+    own = np.where(ev >= 0, own_of_kind[kind_code[np.maximum(ev, 0)]], _CAT["gap"]).astype(np.int8)
+    track_kind = trace.tracks[S.TRACK_KIND].astype(str).to_numpy()
+    on_track = graph.track >= 0
+    cpu_track = np.append(track_kind == "cpu_thread", False)
+    dma_track = np.append(track_kind == "dma_queue", False)
+    tk_index = np.where(on_track, graph.track, len(track_kind))
+    gapc = np.full(n, _CAT["gap"], dtype=np.int8)
+    code = graph.bind_code
+    gapc[code == G.DMA_TRIGGER] = _CAT["dma_wait"]
+    gapc[(code == G.LAUNCH) | (code == G.SYNC_DONE)] = _CAT["host"]
+    gapc[code == G.COLL_START] = _CAT["collective_transfer"]
+    po = code == G.PROGRAM_ORDER
+    gapc[po & cpu_track[tk_index]] = _CAT["host"]
+    gapc[po & dma_track[tk_index]] = _CAT["dma_transfer"]
+    return own, gapc
+
+
+def walk(
+    graph: G.Graph, trace: S.Trace, categories: tuple[np.ndarray, np.ndarray] | None = None
+) -> CriticalPath:
+    """Walk the critical path of the window and attribute it (see module docstring).
+
+    ``categories`` is :func:`node_categories`'s result when the caller already has it.
+    """
+    n = len(graph)
+    if n == 0:  # e.g. a trace of markers only: an empty path with typed columns
+        return CriticalPath(_segments_frame(graph, trace, [], [], [], []), 0, 0)
+    end = graph.end
+    start = graph.start
+    t0, t_end = window_of(graph)
+    # Ties on the last end: the lowest node id (events are ordered by rank), so rank 0 wins.
+    node = int(np.flatnonzero((end == t_end) & graph.window)[0])
+    own, gapc = categories if categories is not None else node_categories(graph, trace)
+    path = _bind_chain(graph.bind, start, node, t0)
+    parent = graph.bind[path]
+    has_parent = parent >= 0
+    pe = np.where(has_parent, end[np.maximum(parent, 0)], t_end)
+    # Each path node contributes two cuts in turn: its own start, then the end of what it
+    # waited for (an instance: the median arrival of the others, when before the last arrival).
+    own_cut = np.maximum(start[path], t0)
+    gap_cut = np.maximum(pe, t0)
+    gap_cat = gapc[path].astype(np.int64)
+    gap_node = path.copy()
+    instance = np.flatnonzero(has_parent & (graph.role[path] == G.INSTANCE))
+    if len(instance):
+        gap_cut[instance] = t_end  # no cut unless a skew is found below
+        gap_cat[instance] = _CAT["collective_skew"]
+        gap_node[instance] = parent[instance]
+        arrivals = _Arrivals(graph)
+        for i in instance.tolist():
+            p = int(parent[i])
+            others = arrivals.of(int(graph.coll_key[path[i]]))
+            others = others[others != p]
+            if len(others):
+                med = int(np.median(start[others]))
+                if med < int(end[p]):
+                    gap_cut[i] = max(med, t0)
+    cuts = np.column_stack((own_cut, gap_cut)).ravel()
+    cursor = np.minimum.accumulate(np.r_[t_end, cuts])  # the cursor before and after each cut
+    seg_node = np.column_stack((path, gap_node)).ravel()
+    seg_cat = np.column_stack((own[path].astype(np.int64), gap_cat)).ravel()
+    seg_a, seg_b = cursor[1:], cursor[:-1]
+    keep = seg_b > seg_a
+    seg_node = np.r_[seg_node[keep], -1]
+    seg_cat = np.r_[seg_cat[keep], _CAT["gap"]]
+    seg_a = np.r_[seg_a[keep], t0]
+    seg_b = np.r_[seg_b[keep], cursor[-1]]
+    keep = seg_b > seg_a
+    return CriticalPath(
+        _segments_frame(graph, trace, seg_node[keep], seg_cat[keep], seg_a[keep], seg_b[keep]),
+        t0,
+        t_end,
+    )
+
+
+def _bind_chain(bind: np.ndarray, start: np.ndarray, node: int, t0: int) -> np.ndarray:
+    """The nodes from ``node`` back along binding edges, to one without a binding edge or
+    one starting at or before ``t0`` (past it the path has nothing left to attribute).
+
+    Only the node ids are collected here; the attribution is computed on the whole chain at
+    once. Numpy's per-item access is cheap for a chain much shorter than the graph (a device
+    trace's path: a few nodes in a hundred), a tight loop over a list of every node's parent
+    for a long one: the walk starts item by item and converts once it is long. The bound
+    (one step per node) stops a malformed cycle.
+    """
+    # A node at or before t0 ends the chain like a root: its parent reads -1.
+    parent_of = np.where(start <= t0, -1, bind)
+    chain: list[int] = []
+    append = chain.append
+    by_item = min(len(parent_of), len(parent_of) // 16 + 1)
+    item = parent_of.item
+    for _ in range(by_item):
+        append(node)
+        node = item(node)
+        if node < 0:
+            return np.asarray(chain, dtype=np.int64)
+    parent = parent_of.tolist()
+    for _ in range(len(parent) - by_item):
+        append(node)
+        node = parent[node]
+        if node < 0:
+            break
+    return np.asarray(chain, dtype=np.int64)
+
+
+def window_of(graph: G.Graph) -> tuple[int, int]:
+    """First start and last end of the window's nodes (see ``Graph.window``)."""
+    w = graph.window
+    return int(graph.start[w].min()), int(graph.end[w].max())
+
+
+class _Arrivals:
+    """The arrival nodes of each collective instance: sorted by instance once, each instance's
+    found by a search (no array per instance split off for the few the path crosses)."""
+
+    def __init__(self, graph: G.Graph):
+        arr = np.flatnonzero(graph.role == G.ARRIVAL)
+        keys = graph.coll_key[arr]
+        o = np.argsort(keys, kind="stable")
+        self.keys, self.nodes = keys[o], arr[o]
+
+    def of(self, key: int) -> np.ndarray:
+        lo = np.searchsorted(self.keys, key, side="left")
+        hi = np.searchsorted(self.keys, key, side="right")
+        return self.nodes[lo:hi]
+
+
+def _segments_frame(graph, trace, nodes, cats, a, b) -> pd.DataFrame:
+    nodes = np.asarray(nodes, dtype=np.int64)
+    valid = nodes >= 0
+    safe = np.maximum(nodes, 0)
+    event = np.where(valid, graph.event[safe], -1)
+    rank = np.where(valid, graph.rank[safe], -1)
+    track = np.where(valid, graph.track[safe], -1)
+    engines = trace.tracks[S.ENGINE].astype(str).to_numpy()
+    if len(nodes):  # taken by code through Arrow (see texts_by_code)
+        engine = texts_by_code([*engines, ""], np.where(track >= 0, track, len(engines)))
+    else:  # typed as an empty frame of object columns always was
+        engine = np.where(track >= 0, engines[np.maximum(track, 0)] if len(engines) else "", "")
+    start = np.asarray(a, dtype=np.int64)
+    stop = np.asarray(b, dtype=np.int64)
+    df = pd.DataFrame(
+        {
+            "node": nodes,
+            "event": event,
+            "rank": rank,
+            "track": track,
+            "category": pd.Categorical.from_codes(
+                np.asarray(cats, dtype=np.int64), categories=CATEGORIES
+            ),
+            "engine": engine,
+            "start_ns": start,
+            "end_ns": stop,
+            "dur_ns": stop - start,
+        }
+    )
+    return df
+
+
+def texts_by_code(texts, codes: np.ndarray) -> pd.api.extensions.ExtensionArray:
+    """``texts[codes]`` (missing where a code is -1) as pandas' ``str`` column: what it infers
+    from an object array of these strings, built by one Arrow take of the few distinct texts
+    instead of a Python string per row converted (the path has a row per segment, 100k+)."""
+    taken = pa.array(np.asarray(texts, dtype=object), type=pa.large_string()).take(
+        pa.array(codes, mask=codes < 0)
+    )
+    return pd.arrays.ArrowStringArray(taken, dtype=pd.StringDtype("pyarrow", na_value=np.nan))

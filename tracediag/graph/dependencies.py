@@ -1,0 +1,399 @@
+"""The dependency graph of a job: nodes, edges (CSR), binding predecessors, topological order.
+
+Nodes are events (markers excluded) plus a few zero-duration helper nodes that make the
+semantics of ARCHITECTURE.md explicit:
+
+- a collective event becomes an *arrival* node (when this rank reached the collective: its
+  local predecessors point here) and a *body* node (the transfer, from when the last
+  participant arrived to the end); every arrival of an instance points to one *instance* node
+  (at the last arrival) that points to every participant's body (2k edges, not k^2);
+- a ``sync`` event (stream/device synchronize) with ``sync`` edges becomes its begin node and a
+  *completion* node that the awaited GPU work points to: the call returns when that work ends.
+
+Every node's start is bound by its latest-finishing predecessor (its binding edge); the rest of
+the start is the node's ``gap``, latency the trace shows but does not explain. Everything is numpy
+arrays; no Python object per node.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from tracediag.model import schema as S
+
+# Node roles
+BODY, ARRIVAL, INSTANCE, COMPLETION = 0, 1, 2, 3
+
+# Edge codes (why a predecessor constrains a node)
+PROGRAM_ORDER, DEPENDENCY, DMA_TRIGGER, LAUNCH, FLOW, SYNC = 0, 1, 2, 3, 4, 5
+COLL_ARRIVAL, COLL_START, SYNC_DONE = 6, 7, 8
+EDGE_CODE_NAMES = (
+    "program_order",
+    "dependency",
+    "dma_trigger",
+    "launch",
+    "flow",
+    "sync",
+    "collective_arrival",
+    "collective_start",
+    "sync_completion",
+)
+_FORMAT_EDGE_CODES = {
+    "dependency": DEPENDENCY,
+    "dma_trigger": DMA_TRIGGER,
+    "launch": LAUNCH,
+    "flow": FLOW,
+    "sync": SYNC,
+}
+
+
+@dataclass
+class Graph:
+    """Node arrays, predecessor CSR and the binding predecessor of every node."""
+
+    start: np.ndarray  # int64 ns
+    dur: np.ndarray  # int64 ns
+    rank: np.ndarray  # int32 (-1 for instance nodes)
+    track: np.ndarray  # int32 (-1 for instance nodes)
+    event: np.ndarray  # int64 event id (-1 for instance nodes)
+    role: np.ndarray  # int8: BODY, ARRIVAL, INSTANCE, COMPLETION
+    coll_key: np.ndarray  # int64 collective instance (-1 elsewhere)
+    pred_ptr: (
+        np.ndarray
+    )  # CSR over destinations: preds of v are pred_src[pred_ptr[v]:pred_ptr[v+1]]
+    pred_src: np.ndarray
+    pred_code: np.ndarray  # int8 edge code of each predecessor edge
+    bind: np.ndarray  # binding predecessor (-1 for roots)
+    bind_code: np.ndarray  # edge code of the binding edge (-1 for roots)
+    gap: np.ndarray  # start - end[bind] (0 for roots)
+    order: np.ndarray  # a topological order of the nodes
+    event_node: np.ndarray  # per event: the node where its successors attach (-1 for markers)
+    event_in_node: np.ndarray  # per event: the node its predecessors point to
+    window: np.ndarray  # nodes that define the analysed window (device work; all if none)
+    dropped_edges: dict[str, int] = field(default_factory=dict)
+    replay_plan: object | None = field(default=None, repr=False)  # cached by replay.py
+
+    @property
+    def end(self) -> np.ndarray:
+        """Node end times (ns)."""
+        return self.start + self.dur
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+def _program_order_pairs(ev_rank_track: np.ndarray, ts: np.ndarray, ids: np.ndarray):
+    # Sorted by (rank and track, ts, id); ``ids`` ascend, so a stable sort keeps their order on
+    # ties, and both keys fit one int64 unless the span is extreme (one pass instead of three).
+    order = stable_order_by(ev_rank_track, ts)
+    sorted_rt, sorted_ids = ev_rank_track[order], ids[order]
+    same = sorted_rt[1:] == sorted_rt[:-1]
+    return sorted_ids[:-1][same], sorted_ids[1:][same]
+
+
+def stable_order_by(major: np.ndarray, minor: np.ndarray) -> np.ndarray:
+    """``np.lexsort((minor, major))``, by one stable sort of a combined key when it fits."""
+    if len(major) < 2:
+        return np.arange(len(major))
+    m0, n0 = int(major.min()), int(minor.min())
+    m_span, n_span = int(major.max()) - m0 + 1, int(minor.max()) - n0 + 1
+    if m_span * n_span >= 2**62:
+        return np.lexsort((minor, major))
+    key = np.subtract(major, m0, dtype=np.int64) * n_span  # in place from here: no temporaries
+    key += np.subtract(minor, n0, dtype=np.int64)
+    return np.argsort(key, kind="stable")
+
+
+def _binding_order(src, dst, neg_end, explicit_first) -> np.ndarray:
+    """``np.lexsort((src, explicit_first, neg_end, dst))``: the first three keys fused into one
+    int64 when their ranges fit (two sort passes instead of four)."""
+    if len(dst) < 2:
+        return np.lexsort((src, explicit_first, neg_end, dst))
+    d0, e0 = int(dst.min()), int(neg_end.min())
+    d_span, e_span = int(dst.max()) - d0 + 1, int(neg_end.max()) - e0 + 1
+    if d_span * e_span * 2 >= 2**62:
+        return np.lexsort((src, explicit_first, neg_end, dst))
+    key = np.subtract(dst, d0, dtype=np.int64) * (e_span * 2)  # in place from here
+    key += np.subtract(neg_end, e0, dtype=np.int64) * 2
+    key += explicit_first
+    order = np.argsort(key, kind="stable")
+    if (np.diff(key[order]) != 0).all():
+        return order  # no ties for ``src`` to break: a second sort pass would change nothing
+    return np.lexsort((src, key))
+
+
+def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Graph:
+    """Build the dependency graph of an (aligned) trace.
+
+    ``extra_edges`` (same columns as ``trace.edges``) are dependencies inferred by analysis,
+    used like the recorded ones.
+    """
+    ev = trace.events
+    n_ev = len(ev)
+    in_graph = (ev[S.KIND] != "marker").to_numpy(dtype=bool)
+    is_sync = (ev[S.KIND] == "sync").to_numpy(dtype=bool)
+    ids = np.flatnonzero(in_graph)
+    ts = ev[S.TS].to_numpy()
+    dur = ev[S.DUR].to_numpy()
+    rank = ev[S.RANK].to_numpy()
+    track = ev[S.TRACK].to_numpy()
+
+    # --- body nodes: one per graph event ------------------------------------------------
+    n_body = len(ids)
+    body_of = np.full(n_ev, -1, dtype=np.int64)
+    body_of[ids] = np.arange(n_body)
+    starts = [ts[ids]]
+    durs = [dur[ids]]
+    ranks = [rank[ids]]
+    tracks = [track[ids]]
+    events = [ids.astype(np.int64, copy=False)]
+    roles = [np.full(n_body, BODY, dtype=np.int8)]
+    ckeys = [np.full(n_body, -1, dtype=np.int64)]
+    in_node = body_of.copy()
+    out_node = body_of.copy()
+    src_list: list[np.ndarray] = []
+    dst_list: list[np.ndarray] = []
+    code_list: list[np.ndarray] = []
+    next_id = n_body
+
+    # --- collectives: arrival + instance + body ------------------------------------------
+    coll = trace.collectives
+    coll = coll.loc[in_graph[coll[S.EVENT].to_numpy()]] if len(coll) else coll
+    if len(coll):
+        c_ev = coll[S.EVENT].to_numpy()
+        c_key = coll[S.COLL_KEY].to_numpy()
+        arrival = coll[S.ARRIVAL].to_numpy()
+        last_arrival = coll.groupby(S.COLL_KEY)[S.ARRIVAL].transform("max").to_numpy()
+        c_end = coll[S.END].to_numpy()
+        eff_start = np.minimum(np.maximum(coll[S.START].to_numpy(), last_arrival), c_end)
+        b = body_of[c_ev]
+        starts[0][b] = eff_start
+        durs[0][b] = c_end - eff_start
+        ckeys[0][b] = c_key
+        n_c = len(coll)
+        arr_nodes = next_id + np.arange(n_c)
+        next_id += n_c
+        starts.append(arrival)
+        durs.append(np.zeros(n_c, dtype=np.int64))
+        ranks.append(rank[c_ev])
+        tracks.append(track[c_ev])
+        events.append(c_ev.astype(np.int64, copy=False))
+        roles.append(np.full(n_c, ARRIVAL, dtype=np.int8))
+        ckeys.append(c_key)
+        in_node[c_ev] = arr_nodes
+        uniq_keys, inv = np.unique(c_key, return_inverse=True)
+        inst_nodes = next_id + np.arange(len(uniq_keys))
+        next_id += len(uniq_keys)
+        inst_start = pd.Series(arrival).groupby(inv).max().to_numpy()
+        starts.append(inst_start)
+        durs.append(np.zeros(len(uniq_keys), dtype=np.int64))
+        ranks.append(np.full(len(uniq_keys), -1, dtype=rank.dtype))
+        tracks.append(np.full(len(uniq_keys), -1, dtype=track.dtype))
+        events.append(np.full(len(uniq_keys), -1, dtype=np.int64))
+        roles.append(np.full(len(uniq_keys), INSTANCE, dtype=np.int8))
+        ckeys.append(uniq_keys.astype(np.int64, copy=False))
+        src_list += [arr_nodes, inst_nodes[inv]]
+        dst_list += [inst_nodes[inv], b]
+        code_list += [np.full(n_c, COLL_ARRIVAL, np.int8), np.full(n_c, COLL_START, np.int8)]
+
+    # --- sync calls that wait for device work: begin (body, zero length) + completion -------
+    edges = trace.edges
+    if extra_edges is not None and len(extra_edges):
+        edges = pd.concat([edges, extra_edges], ignore_index=True)
+    e_src = edges[S.SRC].to_numpy()
+    e_dst = edges[S.DST].to_numpy()
+    # Per distinct kind (the trailing entry: a missing kind), not a string test per edge.
+    kind_idx, kinds = pd.factorize(edges[S.EDGE_KIND])
+    e_code = np.array([_FORMAT_EDGE_CODES.get(str(k), FLOW) for k in kinds] + [FLOW], np.int8)
+    e_code = e_code[kind_idx]
+    is_sync_kind = np.array([str(k) == "sync" for k in kinds] + [False])[kind_idx]
+    completion = is_sync_kind & is_sync[e_dst] if len(edges) else np.zeros(0, bool)
+    sync_ev = np.unique(e_dst[completion])
+    sync_ev = sync_ev[in_graph[sync_ev]]
+    if len(sync_ev):
+        n_s = len(sync_ev)
+        comp_nodes = next_id + np.arange(n_s)
+        next_id += n_s
+        durs[0][body_of[sync_ev]] = 0
+        starts.append(ts[sync_ev] + dur[sync_ev])
+        durs.append(np.zeros(n_s, dtype=np.int64))
+        ranks.append(rank[sync_ev])
+        tracks.append(track[sync_ev])
+        events.append(sync_ev.astype(np.int64, copy=False))
+        roles.append(np.full(n_s, COMPLETION, dtype=np.int8))
+        ckeys.append(np.full(n_s, -1, dtype=np.int64))
+        out_node[sync_ev] = comp_nodes
+        src_list.append(body_of[sync_ev])
+        dst_list.append(comp_nodes)
+        code_list.append(np.full(n_s, SYNC_DONE, np.int8))
+
+    start = np.concatenate(starts).astype(np.int64, copy=False)
+    node_dur = np.concatenate(durs).astype(np.int64, copy=False)
+    dropped: dict[str, int] = {}
+
+    # --- program order per track ------------------------------------------------------------
+    rt = np.multiply(rank[ids], int(track.max(initial=0)) + 1, dtype=np.int64) + track[ids]
+    a, b2 = _program_order_pairs(rt, ts[ids], ids)
+    # A collective may be triggered while the previous one on its stream still runs (Neuron
+    # queues triggers): then program order binds its transfer, not its arrival.
+    prev_end = start[out_node[a]] + node_dur[out_node[a]]
+    po_dst = np.where(start[in_node[b2]] >= prev_end, in_node[b2], body_of[b2])
+    src_list.append(out_node[a])
+    dst_list.append(po_dst)
+    code_list.append(np.full(len(a), PROGRAM_ORDER, np.int8))
+
+    # --- explicit edges from the format ----------------------------------------------------
+    if len(edges):
+        keep = in_graph[e_src] & in_graph[e_dst]
+        dropped_marker = int((~keep).sum())
+        if dropped_marker:
+            dropped["edges touching annotation-only events (not graph nodes)"] = dropped_marker
+        dst_nodes = np.where(completion, out_node[e_dst], in_node[e_dst])
+        src_list.append(out_node[e_src[keep]])
+        dst_list.append(dst_nodes[keep])
+        code_list.append(e_code[keep])
+
+    src = np.concatenate(src_list).astype(np.int64, copy=False)
+    dst = np.concatenate(dst_list).astype(np.int64, copy=False)
+    code = np.concatenate(code_list).astype(np.int8, copy=False)
+    self_loop = src == dst
+    backward = start[src] > start[dst]
+    bad = self_loop | backward
+    if bad.any():
+        dropped["edges against time (successor starts before its predecessor)"] = int(bad.sum())
+        src, dst, code = src[~bad], dst[~bad], code[~bad]
+    n = len(start)
+    end = start + node_dur
+    # Binding predecessor: latest end; on ties prefer an explicit edge over program order,
+    # then the lowest node id, so the choice is deterministic.
+    explicit_first = (code == PROGRAM_ORDER).astype(np.int8)
+    o = _binding_order(src, dst, -end[src], explicit_first)
+    src, dst, code = src[o], dst[o], code[o]
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(ptr, dst + 1, 1)
+    ptr = np.cumsum(ptr)
+    has = ptr[1:] > ptr[:-1]
+    head = np.minimum(ptr[:-1], max(len(src) - 1, 0))  # each node's first edge (roots: masked)
+    bind = np.where(has, src[head], -1) if len(src) else np.full(n, -1, dtype=np.int64)
+    bind_code = np.where(has, code[head], -1) if len(src) else np.full(n, -1, dtype=np.int8)
+    gap = np.where(has, start - end[bind], 0)
+    role = np.concatenate(roles)
+    node_track = np.concatenate(tracks).astype(np.int32, copy=False)
+    order, cut = _topological_order(start, end, role, src, dst, ptr)
+    if cut:
+        dropped["edges in cycles"] = cut
+    return Graph(
+        start=start,
+        dur=node_dur,
+        rank=np.concatenate(ranks).astype(np.int32, copy=False),
+        track=node_track,
+        event=np.concatenate(events),
+        role=role,
+        coll_key=np.concatenate(ckeys),
+        pred_ptr=ptr,
+        pred_src=src,
+        pred_code=code,
+        bind=bind,
+        bind_code=bind_code,
+        gap=gap,
+        order=order,
+        event_node=out_node,
+        event_in_node=in_node,
+        window=_device_nodes(trace, node_track),
+        dropped_edges=dropped,
+    )
+
+
+def _device_nodes(trace: S.Trace, node_track: np.ndarray) -> np.ndarray:
+    """The nodes of device work (all but CPU threads; collective instances included).
+
+    The window analysed is the devices' busy span, as HTA's: host work before the first kernel
+    (framework start-up, CUDA initialisation) or after the last (teardown) is outside the step.
+    """
+    kinds = trace.tracks[S.TRACK_KIND].astype(str).to_numpy()
+    host_track = np.append(kinds == "cpu_thread", False)  # track -1 (instances): the last False
+    device = ~host_track[node_track]
+    return device if device.any() else np.ones(len(node_track), dtype=bool)
+
+
+_ROLE_PRIORITY = np.array([2, 0, 1, 3], dtype=np.int8)  # body, arrival, instance, completion
+
+
+def _same_start_levels(start, src, dst) -> np.ndarray:
+    """Per node: the longest chain of edges between nodes of its start time that reaches it."""
+    level = np.zeros(len(start), dtype=np.int64)
+    tie = start[src] == start[dst]
+    s, d = src[tie], dst[tie]
+    # Same-instant chains are short; past 64 rounds (or in a cycle) Kahn's algorithm takes over.
+    for _ in range(min(len(s) + 1, 64)):
+        want = level[s] + 1
+        grow = want > level[d]
+        if not grow.any():
+            break
+        np.maximum.at(level, d[grow], want[grow])
+    return level
+
+
+def _time_order(start, level, priority, end) -> np.ndarray:
+    """``np.lexsort((end, priority, level, start))`` with the first three keys fused into one
+    int64 when their ranges fit (two sort passes instead of four)."""
+    if len(start) < 2:
+        return np.lexsort((end, priority, level, start))
+    s0 = int(start.min())
+    s_span, l_span = int(start.max()) - s0 + 1, int(level.max()) + 1
+    if s_span * l_span * 4 >= 2**62:
+        return np.lexsort((end, priority, level, start))
+    key = np.subtract(start, s0, dtype=np.int64) * (l_span * 4)  # in place from here
+    key += level * 4
+    key += priority
+    return np.lexsort((end, key))
+
+
+def _topological_order(start, end, role, src, dst, ptr) -> tuple[np.ndarray, int]:
+    """Nodes in an order where every edge goes forward.
+
+    Edges never go back in time (those were dropped), so start order is one, except among nodes
+    that start at the same instant (a collective's arrival at its trigger instruction's start):
+    those are layered by their longest chain of same-instant edges first. Kahn's algorithm is
+    the fallback for cycles; edges left in a cycle are ignored for ordering and counted.
+    """
+    n = len(start)
+    level = _same_start_levels(start, src, dst)
+    # By start, level, role priority, end; lexsort is stable: ties keep node id order.
+    order = _time_order(start, level, _ROLE_PRIORITY[role], end)
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    if not len(src) or (pos[src] < pos[dst]).all():
+        return order, 0
+    indeg = np.diff(ptr).copy()
+    succ_order = np.argsort(src, kind="stable")
+    succ_ptr = np.searchsorted(src[succ_order], np.arange(n + 1))
+    succ = dst[succ_order].tolist()
+    succ_ptr_l = succ_ptr.tolist()
+    indeg_l = indeg.tolist()
+    # Seed in time order so the result stays close to it.
+    ready = deque(int(v) for v in order if indeg_l[v] == 0)
+    out: list[int] = []
+    placed = np.zeros(n, dtype=bool)
+    cut = 0
+    while len(out) < n:
+        while ready:
+            v = ready.popleft()
+            out.append(v)
+            placed[v] = True
+            for i in range(succ_ptr_l[v], succ_ptr_l[v + 1]):
+                w = succ[i]
+                indeg_l[w] -= 1
+                if indeg_l[w] == 0:
+                    ready.append(w)
+        if len(out) < n:  # a cycle: release the earliest unplaced node
+            rest = order[~placed[order]]
+            v = int(rest[0])
+            cut += indeg_l[v]
+            indeg_l[v] = 0
+            ready.append(v)
+    return np.asarray(out, dtype=np.int64), cut

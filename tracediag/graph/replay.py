@@ -1,0 +1,174 @@
+"""Replay: recompute start and end times in dependency order; what-if savings.
+
+``start[v] = max(end[p] for p in preds(v)) + gap[v]`` (roots keep their observed start), with the
+graph's node-level gaps. Replaying the unchanged graph gives back every observed time exactly,
+which is what makes the what-ifs trustworthy. A what-if changes node durations and gaps and
+replays; its saving is the difference in the window's length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tracediag.graph.dependencies import Graph
+
+
+@dataclass
+class WhatIf:
+    """A change to replay: new durations and gaps for some nodes (node id arrays)."""
+
+    dur_nodes: np.ndarray | None = None
+    dur_values: np.ndarray | None = None
+    gap_nodes: np.ndarray | None = None
+    gap_values: np.ndarray | None = None
+
+    @staticmethod
+    def durations(nodes, values) -> WhatIf:
+        """Set the durations of ``nodes`` to ``values`` (ns)."""
+        return WhatIf(
+            dur_nodes=np.asarray(nodes, np.int64), dur_values=np.asarray(values, np.int64)
+        )
+
+    @staticmethod
+    def gaps(nodes, values) -> WhatIf:
+        """Set the gaps (unexplained latency before the start) of ``nodes`` to ``values`` (ns)."""
+        return WhatIf(
+            gap_nodes=np.asarray(nodes, np.int64), gap_values=np.asarray(values, np.int64)
+        )
+
+    def __add__(self, other: WhatIf) -> WhatIf:
+        def cat(a, b):
+            if a is None:
+                return b
+            return a if b is None else np.concatenate([a, b])
+
+        return WhatIf(
+            cat(self.dur_nodes, other.dur_nodes),
+            cat(self.dur_values, other.dur_values),
+            cat(self.gap_nodes, other.gap_nodes),
+            cat(self.gap_values, other.gap_values),
+        )
+
+
+@dataclass
+class ReplayResult:
+    start: np.ndarray
+    end: np.ndarray
+    window: np.ndarray  # the nodes that define the window (Graph.window)
+
+    @property
+    def length_ns(self) -> int:
+        """First start to last end of the replayed window."""
+        if not len(self.start):
+            return 0
+        return int(self.end[self.window].max() - self.start[self.window].min())
+
+
+@dataclass
+class _Plan:
+    """What replays of one graph share: its single-predecessor chains and their anchors.
+
+    Most nodes have exactly one predecessor (program order on a track), so their end is their
+    predecessor's end plus their own gap and duration: along such chains ends are sums, which
+    pointer jumping computes for all nodes at once. Only *anchors* (roots and nodes with several
+    predecessors, a few percent of a real graph) need a max over predecessors, in a Python loop
+    over the anchors' ends alone (numbered by *slot*), not a list of every node's.
+    """
+
+    single: np.ndarray  # bool: exactly one predecessor
+    parent: np.ndarray  # that predecessor (self for anchors)
+    anchor_slot: np.ndarray  # per node: the slot of the anchor its chain hangs from
+    rounds: int  # pointer-jumping rounds that reach every anchor
+    anchors: np.ndarray  # the anchor of each slot (node ids, ascending)
+    loop: np.ndarray  # anchors with predecessors, in topological order (node ids)
+    loop_slot: list[int]  # their slots
+    edge_ptr: list[int]  # their predecessor edges, compacted: loop[k]'s are edge_ptr[k]:[k+1]
+    edge_src: np.ndarray  # predecessor of each compacted edge
+    edge_anchor: list[int]  # slot of that predecessor's anchor
+
+
+def _plan(graph: Graph) -> _Plan:
+    if graph.replay_plan is not None:
+        return graph.replay_plan
+    n = len(graph)
+    ptr = graph.pred_ptr
+    npred = np.diff(ptr)
+    single = npred == 1
+    own = np.arange(n)
+    # No edge at all (every event alone on its track): every node is an anchor.
+    first = graph.pred_src[np.minimum(ptr[:-1], len(graph.pred_src) - 1)] if ptr[-1] else own
+    parent = np.where(single, first, own)
+    anchor, rounds = parent, 0
+    while True:  # each round doubles the distance jumped: log2(longest chain) rounds
+        nxt = anchor[anchor]
+        if np.array_equal(nxt, anchor):
+            break
+        anchor, rounds = nxt, rounds + 1
+    # Anchors: every chain's top (a single-predecessor cycle among same-instant nodes may
+    # settle on one of its own nodes) and every node that is no chain's member.
+    is_anchor = ~single
+    is_anchor[anchor] = True
+    anchors = np.flatnonzero(is_anchor)
+    slot = np.full(n, -1, dtype=np.int64)
+    slot[anchors] = np.arange(len(anchors))
+    loop = graph.order[(npred >= 2)[graph.order]]
+    lo, hi = ptr[loop], ptr[loop + 1]
+    edge_ptr = np.r_[0, np.cumsum(hi - lo)]
+    idx = np.repeat(lo - edge_ptr[:-1], hi - lo) + np.arange(int(edge_ptr[-1]))
+    edge_src = graph.pred_src[idx]
+    plan = _Plan(
+        single,
+        parent,
+        slot[anchor],
+        rounds + 1,
+        anchors,
+        loop,
+        slot[loop].tolist(),
+        edge_ptr.tolist(),
+        edge_src,
+        slot[anchor[edge_src]].tolist(),
+    )
+    graph.replay_plan = plan  # a graph is never changed once built
+    return plan
+
+
+def _chain_offsets(plan: _Plan, w: np.ndarray) -> np.ndarray:
+    """Per node: the sum of ``w`` from it up its chain to (not including) its anchor."""
+    acc = np.where(plan.single, w, 0)
+    jump = plan.parent
+    # An anchor adds 0 and jumps to itself, so no mask is needed once a chain reaches it.
+    for _ in range(plan.rounds):
+        acc = acc + acc[jump]
+        jump = jump[jump]
+    return acc
+
+
+def replay(graph: Graph, change: WhatIf | None = None) -> ReplayResult:
+    """Replay the graph, optionally with a change, and return the new node times."""
+    dur = graph.dur.copy()
+    gap = graph.gap.copy()
+    if change is not None:
+        if change.dur_nodes is not None and len(change.dur_nodes):
+            dur[change.dur_nodes] = np.maximum(change.dur_values, 0)
+        if change.gap_nodes is not None and len(change.gap_nodes):
+            gap[change.gap_nodes] = change.gap_values
+    plan = _plan(graph)
+    w = gap + dur
+    offset = _chain_offsets(plan, w)
+    # Anchors in topological order: a root keeps its start; another anchor starts after its
+    # latest predecessor, whose end is its own anchor's end plus its chain offset.
+    end_a = (graph.start[plan.anchors] + dur[plan.anchors]).tolist()
+    src_offset = offset[plan.edge_src].tolist()
+    ea, ep = plan.edge_anchor, plan.edge_ptr
+    for s, lo, hi, w_s in zip(plan.loop_slot, ep[:-1], ep[1:], w[plan.loop].tolist(), strict=True):
+        m = end_a[ea[lo]] + src_offset[lo]
+        for i in range(lo + 1, hi):
+            e = end_a[ea[i]] + src_offset[i]
+            if e > m:
+                m = e
+        end_a[s] = m + w_s
+    # An anchor's own offset is 0: one expression for chain nodes and anchors alike.
+    end = np.asarray(end_a, np.int64)[plan.anchor_slot] + offset
+    return ReplayResult(end - dur, end, graph.window)

@@ -1,0 +1,1 @@
+"""Files, worker pools and protobuf wire helpers: the plumbing below the readers."""

@@ -1,0 +1,106 @@
+"""Clock alignment across ranks from synchronous collectives.
+
+Every rank's clock differs (a device clock per NeuronCore, a host clock per machine). A
+synchronous collective instance ends at one true instant on every participant, so for two ranks
+sharing instances the offset between their clocks is the median, over shared instances, of the
+difference of their end times (the median resists the few instances whose end is skewed).
+The lowest rank is the reference; ranks are solved outward from it through shared instances. Skew
+is then measured on *arrivals*, which alignment does not use.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracediag.model import schema as S
+
+#: Point-to-point operations end at different instants on the two sides: not usable here.
+_NOT_SYNCHRONOUS = {"send", "recv", "sendrecv", "send_recv"}
+
+
+def _sync_instances(coll: pd.DataFrame) -> pd.DataFrame:
+    ops = coll[S.COLL_OP].astype(str).str.lower()
+    usable = coll.loc[~ops.isin(_NOT_SYNCHRONOUS), [S.COLL_KEY, S.RANK, S.END]]
+    # A rank recorded twice in one instance (duplicate rows): its first end speaks for it.
+    usable = usable.drop_duplicates([S.COLL_KEY, S.RANK])
+    counts = usable.groupby(S.COLL_KEY)[S.RANK].transform("nunique")
+    return usable.loc[counts >= 2]
+
+
+def estimate_offsets(
+    coll: pd.DataFrame, ranks: list[int]
+) -> tuple[dict[int, int], dict[int, float]]:
+    """Offsets (ns to add to each rank's times) and the spread of the residuals per rank.
+
+    Ranks that share no synchronous collective with an already solved rank get no entry.
+    """
+    inst = _sync_instances(coll)
+    if not ranks:
+        return {}, {}
+    by_rank = {r: g.set_index(S.COLL_KEY)[S.END] for r, g in inst.groupby(S.RANK)}
+    ref = min(ranks)
+    offsets: dict[int, int] = {ref: 0}
+    spread: dict[int, float] = {ref: 0.0}
+    pending = [r for r in sorted(ranks) if r != ref]
+    progress = True
+    while pending and progress:
+        progress = False
+        for r in list(pending):
+            ends_r = by_rank.get(r)
+            if ends_r is None:
+                continue
+            diffs = []
+            for s, off_s in offsets.items():
+                ends_s = by_rank.get(s)
+                if ends_s is None:
+                    continue
+                shared = ends_r.index.intersection(ends_s.index)
+                if len(shared):
+                    diffs.append(
+                        ends_s.loc[shared].to_numpy() + off_s - ends_r.loc[shared].to_numpy()
+                    )
+            if not diffs:
+                continue
+            d = np.concatenate(diffs)
+            med = int(np.median(d))
+            offsets[r] = med
+            spread[r] = float(np.median(np.abs(d - med)))
+            pending.remove(r)
+            progress = True
+    return offsets, spread
+
+
+def align_clocks(trace: S.Trace) -> S.Trace:
+    """Shift every rank's times onto the reference rank's clock, in place, and record it in meta.
+
+    ``meta.clock_offset_ns`` is the offset added; ``meta.info['clock']`` says how it was found:
+    ``reference``, ``collectives`` (with ``clock_residual_ns``, the median absolute deviation of
+    the per-instance estimates) or ``unaligned`` (no shared synchronous collective).
+    """
+    ranks = trace.ranks
+    if len(ranks) < 2:
+        for m in trace.meta.values():
+            m.info["clock"] = "reference"
+        return trace
+    offsets, spread = estimate_offsets(trace.collectives, ranks)
+    ref = min(ranks)
+    for r, m in trace.meta.items():
+        if r in offsets:
+            m.clock_offset_ns = int(offsets[r])
+            m.info["clock"] = "reference" if r == ref else "collectives"
+            m.info["clock_residual_ns"] = spread.get(r, 0.0)
+        else:
+            m.clock_offset_ns = 0
+            m.info["clock"] = "unaligned"
+    # Offsets by position in the sorted ranks (rank numbers may be sparse and large).
+    known = np.asarray(ranks, dtype=np.int64)
+    shift = np.array([offsets.get(r, 0) for r in ranks], dtype="int64")
+    ev = trace.events
+    ev[S.TS] = ev[S.TS].to_numpy() + shift[np.searchsorted(known, ev[S.RANK].to_numpy())]
+    co = trace.collectives
+    if len(co):
+        s = shift[np.searchsorted(known, co[S.RANK].to_numpy())]
+        for col in (S.ARRIVAL, S.START, S.END):
+            co[col] = co[col].to_numpy() + s
+    return trace

@@ -1,0 +1,1 @@
+"""The canonical model every layer shares: schema, assembly, findings, fingerprints, numeric formats, units, errors."""

@@ -1,0 +1,56 @@
+"""What-if: some ranks run at their peers' pace.
+
+Each event of the ranks that takes longer than the median of the same work on the other ranks
+(same track name and ordinal) gets that median duration, and each node whose unexplained gap
+exceeds its peers' median gap gets that median gap. Moving only a straggler's arrivals would not
+do: its own slow work would still hold its engines, so its next arrival would be late again.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracediag.analysis.peers import median_of_others, peer_track_names, track_name_codes
+from tracediag.graph.replay import WhatIf
+from tracediag.model import schema as S
+
+_DURATION_KINDS = ("compute", "dma", "host")  # collective bodies' length follows from arrivals
+
+
+def peer_pace_change(ctx, ranks) -> WhatIf:
+    """The change that makes ``ranks`` run at the median pace of the other ranks."""
+    ev = ctx.trace.events
+    ranks = np.asarray(list(ranks))
+    excess = ctx.excess_over_peers
+    slow = (
+        np.isin(ev[S.RANK].to_numpy(), ranks)
+        & (excess > 0)
+        & ev[S.KIND].isin(_DURATION_KINDS).to_numpy()
+    )
+    ids = np.flatnonzero(slow)
+    nodes = ctx.nodes_of(ids)
+    ok = nodes >= 0
+    change = WhatIf.durations(nodes[ok], ctx.graph.dur[nodes[ok]] - excess[ids][ok])
+    return change + _gap_change(ctx, ranks)
+
+
+def peer_gap_medians(ctx) -> tuple[np.ndarray, np.ndarray]:
+    """(nodes with an event and a binding predecessor, the median gap of the same node on the
+    other ranks: same track name, ordinal and role; NaN where no other rank has it).
+
+    Independent of which ranks a what-if speeds up: ``Analysis.peer_gap_medians`` keeps it, so
+    a rule trying several ranks computes the medians once."""
+    g = ctx.graph
+    idx = np.flatnonzero((g.event >= 0) & (g.bind >= 0))
+    names = peer_track_names(ctx.trace)
+    name_code = track_name_codes(names)[g.track[idx]]
+    ordinal = ctx.ordinals[g.event[idx]]
+    key = (name_code * (int(ordinal.max(initial=0)) + 1) + ordinal) * 4 + g.role[idx]
+    return idx, median_of_others(key, g.gap[idx])
+
+
+def _gap_change(ctx, ranks: np.ndarray) -> WhatIf:
+    g = ctx.graph
+    idx, med = ctx.peer_gap_medians
+    late = np.isin(g.rank[idx], ranks) & ~np.isnan(med) & (g.gap[idx] > np.nan_to_num(med))
+    return WhatIf.gaps(idx[late], np.floor(med[late]).astype(np.int64))
