@@ -9,8 +9,9 @@ import pandas as pd
 
 from tests.trace_factory import RankSpec, build
 from tracediag.analysis.context import analyse
+from tracediag.analysis.dma import dma_frame
 from tracediag.analysis.durations import op_durations
-from tracediag.analysis.peers import dma_frame, event_ordinals
+from tracediag.analysis.peers import event_ordinals
 from tracediag.graph.critical_path import texts_by_code
 from tracediag.model import schema as S
 

@@ -172,19 +172,17 @@ def test_covered_ranks_by_path_glob_and_rank_glob():
 
 def test_per_trace_ignores_drop_only_fully_covered_findings(diagnosed, run_dirs):
     d = diagnosed("slow_dma")  # DMA101 on ranks 0-1, CMP301 on rank 0 and on rank 1
-    kept, dropped = apply_per_trace_ignores(d, {"rank:1": ["DMA", "CMP301"]})
-    assert dropped == 1
+    kept = apply_per_trace_ignores(d, {"rank:1": ["DMA", "CMP301"]})
+    assert kept.ignored_findings == 1
     assert [(f.code, f.ranks) for f in kept.findings] == [
         (f.code, f.ranks) for f in d.findings if (f.code, f.ranks) != ("CMP301", (1,))
     ]
-    both, dropped = apply_per_trace_ignores(d, {"rank:1": ["DMA"], "rank:0": ["DMA101"]})
-    assert dropped == 1 and "DMA101" not in [f.code for f in both.findings]
-    by_path, dropped = apply_per_trace_ignores(
-        d, {f"*{run_dirs['slow_dma'].parent.name}*": ["ALL"]}
-    )
-    assert (dropped, by_path.findings) == (len(d.findings), [])
+    both = apply_per_trace_ignores(d, {"rank:1": ["DMA"], "rank:0": ["DMA101"]})
+    assert both.ignored_findings == 1 and "DMA101" not in [f.code for f in both.findings]
+    by_path = apply_per_trace_ignores(d, {f"*{run_dirs['slow_dma'].parent.name}*": ["ALL"]})
+    assert (by_path.ignored_findings, by_path.findings) == (len(d.findings), [])
     assert by_path.to_dict()["summary"]["findings"] == 0
-    assert apply_per_trace_ignores(d, {"elsewhere/*": ["ALL"]})[1] == 0
+    assert apply_per_trace_ignores(d, {"elsewhere/*": ["ALL"]}).ignored_findings == 0
 
 
 def test_per_trace_ignores_in_check(cli, probes, tmp_path):

@@ -21,7 +21,7 @@ from tracediag.ci.gate import evaluate_gate
 from tracediag.model.findings import Severity
 from tracediag.model.fingerprints import fingerprints, identity
 from tracediag.model.units import fmt_ns
-from tracediag.report.check_formats import CHECK_FORMATS, render_check
+from tracediag.report.formats import CHECK_FORMATS, render_check
 from tracediag.report.github import annotation, escape_data, escape_property
 
 # the shared fixtures (see tests/gate_runs.py)
@@ -121,12 +121,12 @@ def test_junit_carries_budgets_and_baseline_suites(reports):
     )
     root = assert_junit(render_check(report, "junit"))
     suites = {s.get("name"): s for s in root}
-    budgets = {c.get("name"): c for c in suites["tracediag.ci.budgets"]}
+    budgets = {c.get("name"): c for c in suites["tracediag.budgets"]}
     assert "exceeds budget max-step-time-ms = 7" in budgets["max-step-time-ms"].find("failure").get(
         "message"
     )
     assert budgets["min-mfu-pct"].find("failure") is None
-    metrics = {c.get("name"): c for c in suites["tracediag.ci.baseline"]}
+    metrics = {c.get("name"): c for c in suites["tracediag.baseline"]}
     assert metrics["step-time-ns"].find("failure") is not None
     assert metrics["collective-skew-ns"].find("failure") is None
 
@@ -279,7 +279,12 @@ def test_github_annotations(reports):
     lines = render_check(report, "github").splitlines()
     pattern = re.compile(r"^::(error|warning|notice) (file=[^,:]+,)?title=[^,:]+::[^\r\n]+$")
     assert all(pattern.match(line) for line in lines), lines
-    assert lines[0].startswith(f"::error file={report['inputs'][0]['path']},title=DMA101 ")
+    # The input is a Parquet profile directory: GitHub attaches annotations to files only, so
+    # no file= (a directory would be dropped), and the message names the trace instead.
+    path = report["inputs"][0]["path"]
+    assert Path(path).is_dir()
+    assert lines[0].startswith("::error title=DMA101 ") and "file=" not in lines[0]
+    assert lines[0].endswith(f"(trace: {path})")
     assert "24.64%25 of the step" in lines[0]
     assert [line.split(" ", 1)[0] for line in lines[1:-1]] == ["::notice"] * (len(lines) - 2)
     assert lines[-1] == "::error title=tracediag::check failed: 1 finding at or above error"

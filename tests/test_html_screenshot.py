@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests import gate_runs
-from tracediag.report import render
+from tracediag.report.formats import render
 from tracediag.report.svg import CATEGORY_COLORS
 
 run_dirs, diagnosed = gate_runs.run_dirs, gate_runs.diagnosed
@@ -85,3 +85,68 @@ def test_the_worst_window_is_drawn_with_its_events(shot):
     lower = img[rows[len(rows) // 2] :]
     assert _mask(lower, CATEGORY_COLORS["collective_transfer"]).sum() > 50
     assert _mask(lower, CATEGORY_COLORS["dma_transfer"]).sum() > 50
+
+
+def _bands(mask: np.ndarray) -> list[tuple[int, int]]:
+    """The runs of screen rows where ``mask`` has pixels: [(first y, last y)]."""
+    ys = np.flatnonzero(mask.any(axis=1))
+    if not len(ys):
+        return []
+    cut = np.flatnonzero(np.diff(ys) > 1)
+    return list(zip(ys[np.r_[0, cut + 1]], ys[np.r_[cut, len(ys) - 1]], strict=True))
+
+
+@pytest.fixture(scope="module")
+def gloo_shot(tmp_path_factory):
+    """(diagnosis, pixels) of the real 4-rank gloo straggler job's report (rank 2 sleeps)."""
+    from pathlib import Path
+
+    from tracediag.engine.diagnose import diagnose
+    from tracediag.loading.loader import load
+
+    root = Path(__file__).resolve().parents[1]
+    diagnosis = diagnose(load([root / "tests" / "data" / "real_gloo" / "straggler_sleep"]))
+    out = tmp_path_factory.mktemp("gloo")
+    page, png = out / "report.html", out / "report.png"
+    page.write_text(render(diagnosis, "html"))
+    subprocess.run(
+        [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+         "--force-device-scale-factor=1", f"--window-size={WIDTH},{HEIGHT}",
+         f"--screenshot={png}", page.as_uri()],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    return diagnosis, np.asarray(PIL.open(png).convert("RGB"), dtype=np.int16)
+
+
+def _row_of_band(img: np.ndarray, band: tuple[int, int], x_cells: int, row_h: int) -> int:
+    """Which row of a rank picture the band is: the text lines of the rank labels left of the
+    cells above it (each picture labels its rows ``rank 0``, ``rank 1``... top to bottom)."""
+    top, bottom = band
+    labels = img[max(top - 6 * row_h, 0) : bottom + 1, max(x_cells - 60, 0) : x_cells - 4]
+    lines = _bands(labels.sum(axis=2) < 300)
+    above = [line for line in lines if line[1] < top - (max(top - 6 * row_h, 0))]
+    # only the lines of this picture's rows: those within row_h of each other going up
+    count, edge = 0, top - max(top - 6 * row_h, 0)
+    for first, last in reversed(above):
+        if edge - last > row_h:
+            break
+        count, edge = count + 1, first
+    return count
+
+
+def test_the_straggler_is_the_darkest_row_of_the_ranks_table_and_the_skew_grid(gloo_shot):
+    diagnosis, img = gloo_shot
+    straggler = next(f for f in diagnosis.findings if f.code == "COL201")
+    assert straggler.ranks == (2,)  # the rank truth.json says sleeps before each forward
+    # Ranks table: shaded by lateness, the straggler's row full red (rgb 255,95,95), one row
+    full = _mask(img, "#FF5F5F", tol=3)
+    (band,) = _bands(full)
+    assert 15 <= band[1] - band[0] <= 22 and full.sum() > 5_000
+    x_cells = int(np.flatnonzero(full.any(axis=0)).min())
+    assert _row_of_band(img, band, x_cells, 22) == 2
+    # skew grid: the latest colour in one row only, the third of four (rank 2)
+    latest = _mask(img, "#B71C1C")
+    (skew_band,) = _bands(latest)
+    assert skew_band[1] - skew_band[0] < 18 and skew_band[0] > band[1]
+    x_skew = int(np.flatnonzero(latest.any(axis=0)).min())
+    assert _row_of_band(img, skew_band, x_skew, 18) == 2

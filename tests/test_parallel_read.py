@@ -10,6 +10,7 @@ import pytest
 
 from tests.test_cache import assert_same_parts, assert_same_trace, entries
 from tracediag.cli.main import main
+from tracediag.io import worker_pool
 from tracediag.loading import cache
 from tracediag.loading import read_units as parallel
 from tracediag.loading.loader import discover, load
@@ -128,10 +129,10 @@ def test_profiles_numbered_by_directory_order_are_read_whole(tmp_path):
 
 
 def test_the_start_method_avoids_forking_a_threaded_process(monkeypatch):
-    monkeypatch.setattr(parallel.threading, "active_count", lambda: 1)
-    assert parallel.start_context().get_start_method() == "fork"
-    monkeypatch.setattr(parallel.threading, "active_count", lambda: 3)  # e.g. the TUI's loader
-    assert parallel.start_context().get_start_method() == "forkserver"
+    monkeypatch.setattr(worker_pool.threading, "active_count", lambda: 1)
+    assert worker_pool.start_context().get_start_method() == "fork"
+    monkeypatch.setattr(worker_pool.threading, "active_count", lambda: 3)  # e.g. the TUI's loader
+    assert worker_pool.start_context().get_start_method() == "forkserver"
 
 
 # ---- Dask -----------------------------------------------------------------------------------

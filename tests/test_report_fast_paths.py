@@ -11,8 +11,8 @@ import pandas as pd
 
 from tests.trace_factory import RankSpec, build
 from tracediag.analysis.durations import layer_durations, op_durations
+from tracediag.analysis.intervals import busy_ns_by_group
 from tracediag.analysis.path_runs import runs
-from tracediag.analysis.peers import busy_ns_by_group
 from tracediag.analysis.utilization import _equals, mfu_by_rank
 from tracediag.graph.critical_path import _bind_chain
 from tracediag.model import numeric_formats as dtypes

@@ -91,15 +91,20 @@ def test_jump_along_the_critical_path_crosses_ranks(session):
     st = state(session, segment=0)
     assert (st.selected, st.segment) == (6, 0)
     seen = [(st.selected, st.segment)]
-    for _ in range(8):
+    for _ in range(6):
         st.jump_path(1)
         seen.append((st.selected, st.segment))
-    assert seen == [(6, 0), (7, 1), (7, 2), (8, 3), (9, 4), (10, 5), (4, 6), (5, 7), (5, 8)]
+    # segments 1-2 (d1's wait and transfer) and 7-8 (m2's gap and body) are one step each:
+    # every jump selects another event
+    assert seen == [(6, 0), (7, 1), (8, 3), (9, 4), (10, 5), (4, 6), (5, 7)]
     assert st.ranks == (0, 1)  # jumping to rank 0's AR gave rank 0 its lanes
     assert st.lanes[st.lane] == 3  # m2 on rank 0's tensor track
     st.jump_path(1)
-    assert st.segment == 8  # the last segment stays put
+    assert (st.selected, st.segment) == (5, 7)  # the last event stays put
     st.jump_path(-1)
+    st.jump_path(-1)
+    assert (st.selected, st.segment) == (10, 5)
+    st = state(session, segment=8)  # opened on m2's second segment: back is rank 0's AR
     st.jump_path(-1)
     assert (st.selected, st.segment) == (4, 6)
 
@@ -205,6 +210,19 @@ def test_loading_announces_every_stage_in_order():
     got = open_session([STRAGGLER], Config(), True, seen.append)
     assert seen == planned
     assert [f.code for f in got.diagnosis.findings][:1] == ["COL201"]
+
+
+def test_the_tui_session_applies_per_trace_ignores_like_report():
+    """The TUI diagnoses through the engine's one diagnose: a config that ignores every code on
+    every rank leaves the TUI with no findings, as ``tracediag report`` and the API have."""
+    chrome = ROOT / "sample_traces" / "chrome_straggler" / "chrome"
+    plain = open_session([chrome], Config(), True, lambda stage: None)
+    assert len(plain.diagnosis.findings) >= 1
+    ignoring = Config(per_trace_ignores={"rank:*": ["ALL"]})
+    got = open_session([chrome], ignoring, True, lambda stage: None)
+    assert got.diagnosis.findings == []
+    assert got.diagnosis.ignored_findings == len(plain.diagnosis.findings)
+    assert diagnose(plain.trace, ignoring).findings == []
 
 
 def test_load_errors_are_the_cli_line(tmp_path):

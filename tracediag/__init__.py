@@ -1,6 +1,6 @@
 """tracediag: why is this ML accelerator job slow? Critical path, stalls and what fixing them saves.
 
-The Python API (see :mod:`tracediag.api.job` and :mod:`tracediag.api.whatif`)::
+The Python API (see :mod:`tracediag.api.job` and :mod:`tracediag.whatif.user_changes`)::
 
     import tracediag
 
@@ -43,14 +43,14 @@ __all__ = [
 #: Public name -> the module that defines it (imported when the name is first used).
 _LAZY = {
     "Job": "tracediag.api.job",
-    "Diagnosis": "tracediag.api.job",
+    "Diagnosis": "tracediag.engine.diagnosis",
     "diagnose": "tracediag.api.job",
     "load": "tracediag.api.job",
     "open_tui": "tracediag.api.job",
-    "Scale": "tracediag.api.whatif",
-    "RemoveWait": "tracediag.api.whatif",
-    "WhatIfResult": "tracediag.api.whatif",
-    "what_if": "tracediag.api.whatif",
+    "Scale": "tracediag.whatif.user_changes",
+    "RemoveWait": "tracediag.whatif.user_changes",
+    "WhatIfResult": "tracediag.whatif.user_changes",
+    "what_if": "tracediag.whatif.user_changes",
     "Finding": "tracediag.model.findings",
     "Severity": "tracediag.model.findings",
     "Config": "tracediag.engine.config",
@@ -62,11 +62,12 @@ _LAZY = {
 if TYPE_CHECKING:
     from typing import Any
 
-    from tracediag.api.job import Diagnosis, Job, diagnose, load, open_tui
-    from tracediag.api.whatif import RemoveWait, Scale, WhatIfResult, what_if
+    from tracediag.api.job import Job, diagnose, load, open_tui
     from tracediag.engine.config import Config
+    from tracediag.engine.diagnosis import Diagnosis
     from tracediag.model.errors import TracediagError, TraceInputError, UsageError
     from tracediag.model.findings import Finding, Severity
+    from tracediag.whatif.user_changes import RemoveWait, Scale, WhatIfResult, what_if
 
 
 def __getattr__(name: str) -> Any:

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 
 from tracediag.analysis.peers import median_of_others
-from tracediag.loading.clock_alignment import _NOT_SYNCHRONOUS
 from tracediag.model import schema as S
+from tracediag.model.collective_ops import POINT_TO_POINT_OPS
 
 
 def lateness(coll: pd.DataFrame) -> pd.DataFrame:
@@ -33,12 +33,22 @@ def lateness(coll: pd.DataFrame) -> pd.DataFrame:
     c["late_ns"] = (c[S.ARRIVAL].to_numpy() - med_other).round().astype(np.int64)
     last_arrival = c.groupby(S.COLL_KEY)[S.ARRIVAL].transform("max").to_numpy()
     c["last"] = c[S.ARRIVAL].to_numpy() == last_arrival
-    c["synchronous"] = ~c[S.COLL_OP].astype(str).str.lower().isin(_NOT_SYNCHRONOUS)
+    c["synchronous"] = ~c[S.COLL_OP].astype(str).str.lower().isin(POINT_TO_POINT_OPS)
     return c
 
 
-#: Fractions of the largest lateness where the colour steps up (levels 1 to 4).
+#: Fractions of the colour scale where the colour steps up (levels 1 to 4).
 LEVELS = (0.02, 0.25, 0.5, 0.75)
+#: The colour scale is at least this share of the critical path: lateness far below it is noise
+#: the path does not wait on, and stays pale instead of taking the worst colour.
+SCALE_FLOOR_SHARE = 0.005
+
+
+def colour_scale_ns(late: pd.DataFrame, path_ns: float) -> float:
+    """The lateness (ns) the darkest colour stands for: the largest, but at least
+    ``SCALE_FLOOR_SHARE`` of the critical path, so every view shades the same ranks."""
+    worst = float(late["late_ns"].max()) if len(late) else 0.0
+    return max(worst, SCALE_FLOOR_SHARE * float(path_ns), 0.0)
 
 
 @dataclass
@@ -54,8 +64,9 @@ class LatenessGrid:
     level: np.ndarray  # int8 [row, col]: -1 absent, 0 on time ... 4 the latest
 
 
-def lateness_grid(late: pd.DataFrame) -> LatenessGrid:
-    """Pivot ``skew.lateness`` output into a grid with colour levels."""
+def lateness_grid(late: pd.DataFrame, scale_ns: float = 0.0) -> LatenessGrid:
+    """Pivot ``skew.lateness`` output into a grid with colour levels, fractions of the larger
+    of the worst lateness and ``scale_ns`` (see :func:`colour_scale_ns`)."""
     order = late.groupby(S.COLL_KEY)[S.ARRIVAL].min().sort_values(kind="stable")
     keys = order.index.to_numpy()
     ranks = np.sort(late[S.RANK].unique())
@@ -66,7 +77,7 @@ def lateness_grid(late: pd.DataFrame) -> LatenessGrid:
     last = np.zeros(grid.shape, dtype=bool)
     last[row, col] = late["last"].to_numpy()
     first = late.drop_duplicates(S.COLL_KEY).set_index(S.COLL_KEY).reindex(keys)
-    worst = np.nanmax(grid) if np.isfinite(grid).any() else 0.0
+    worst = max(np.nanmax(grid) if np.isfinite(grid).any() else 0.0, scale_ns)
     level = np.full(grid.shape, -1, dtype=np.int8)
     present = ~np.isnan(grid)
     frac = np.where(present, grid, 0.0) / worst if worst > 0 else np.zeros(grid.shape)

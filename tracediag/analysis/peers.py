@@ -85,176 +85,6 @@ def peer_events(trace: S.Trace, ordinals: np.ndarray, event_ids: np.ndarray) -> 
     return np.flatnonzero(have.isin(want))
 
 
-def dma_frame(
-    trace: S.Trace, ordinals: np.ndarray | None = None, inferred: pd.DataFrame | None = None
-) -> pd.DataFrame:
-    """DMA events with their queue, bytes, duration, achieved bandwidth and the layer they feed.
-
-    The layer is the DMA's own when the format gives one, else the layer of the instruction
-    its transfer feeds (explicit edge DMA -> instruction), back-filled along the queue so every
-    packet of a block carries its consumer's layer. ``ordinals`` (of :func:`event_ordinals`)
-    are ranked on the DMA events' tracks alone when not given.
-    """
-    ev = trace.events
-    is_dma = (ev[S.KIND] == "dma").to_numpy()
-    ids = np.flatnonzero(is_dma)
-    track = ev[S.TRACK].to_numpy()[ids]
-    on_dma_track = np.zeros(len(trace.tracks), dtype=bool)
-    on_dma_track[track] = True
-    names = peer_track_names(trace, on_dma_track)
-    if ordinals is None:
-        ordinals = event_ordinals(trace, on_dma_track)
-    ts = ev[S.TS].to_numpy()[ids]
-    df = pd.DataFrame(
-        {
-            "event": ids,
-            "rank": ev[S.RANK].to_numpy()[ids],
-            "track": track,
-            # The few track names taken per row (not a string array of every row re-inferred).
-            "queue": pd.Series(names).array.take(track) if len(ids) else np.array([], dtype=object),
-            "ts": ts,
-            "dur": ev[S.DUR].to_numpy()[ids],
-            "bytes": ev[S.BYTES].to_numpy()[ids] if S.BYTES in ev else np.full(len(ids), np.nan),
-            "ordinal": ordinals[ids],
-        },
-        index=pd.Index(np.arange(len(ids))),
-    )
-    df["bw"] = df["bytes"] / np.maximum(df["dur"], 1) * 1e9  # bytes/s
-    if S.LAYER not in ev:
-        df["layer"] = np.full(len(ids), None, dtype=object)
-        return df
-    layers, code = _category_codes(ev[S.LAYER])
-    own = code[ids]
-    layer = np.where(own >= 0, own, _consumer_layer(trace, ids, inferred, code))
-    filled = _next_present_on_track(track, ordinals[ids], layer)
-    if (filled >= 0).any() and all(isinstance(x, str) for x in layers):
-        # The few layer names taken per row, missing where -1 (not a string per row re-inferred).
-        df["layer"] = pd.Series(np.asarray(layers, dtype=object)).array.take(
-            filled, allow_fill=True
-        )
-    else:
-        df["layer"] = np.full(len(ids), None, dtype=object)
-    return df
-
-
-def _category_codes(col: pd.Series) -> tuple[list, np.ndarray]:
-    """The distinct values of a column and each row's index into them (-1: missing)."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        return list(col.cat.categories), col.cat.codes.to_numpy().astype(np.int64)
-    codes, uniques = pd.factorize(col)
-    return list(uniques), codes.astype(np.int64)
-
-
-def _next_present_on_track(track: np.ndarray, ordinal: np.ndarray, code: np.ndarray) -> np.ndarray:
-    """Each missing code (-1) replaced by the next present one on its track in time order (the
-    events' ordinals: unique on a track, in time then event order); -1 where none follows.
-
-    A search among the few present rows, not a sort of every row: ``track * span + ordinal``
-    orders rows like (track, time) and fits an int64 (both are below the number of events).
-    """
-    present = np.flatnonzero(code >= 0)
-    if not len(present):
-        return code.copy()
-    key = np.multiply(track, int(ordinal.max()) + 1, dtype=np.int64)
-    key += ordinal
-    by_key = present[np.argsort(key[present])]
-    nxt = np.searchsorted(key[by_key], key)  # a present row finds itself
-    nxt_row = by_key[np.minimum(nxt, len(by_key) - 1)]
-    same_track = (nxt < len(by_key)) & (track[nxt_row] == track)
-    return np.where(same_track, code[nxt_row], -1)
-
-
-def _consumer_layer(
-    trace: S.Trace, dma_ids: np.ndarray, inferred: pd.DataFrame | None, layer_code: np.ndarray
-) -> np.ndarray:
-    out = np.full(len(dma_ids), -1, dtype=np.int64)
-    ed = (
-        trace.edges if inferred is None or not len(inferred) else pd.concat([trace.edges, inferred])
-    )
-    if not len(ed):
-        return out
-    src = ed[S.SRC].to_numpy()
-    # ``dma_ids`` ascend: a search finds the edges from a DMA (no sort of every transfer).
-    row = np.searchsorted(dma_ids, src)
-    hit = row < len(dma_ids)
-    hit[hit] = dma_ids[row[hit]] == src[hit]
-    layers = layer_code[ed[S.DST].to_numpy()[hit]]
-    ok = layers >= 0
-    out[row[hit][ok]] = layers[ok]
-    return out
-
-
-def typical_bandwidth(dma: pd.DataFrame, min_bytes: float, floor_ratio: float = 0.5) -> pd.Series:
-    """The bandwidth a queue's transfers usually achieve: per queue name, the median over its
-    transfers of at least ``min_bytes`` (all its transfers when none is that large).
-
-    A queue whose every transfer is slow has no fast peer on the queue itself: when its median
-    is below ``floor_ratio`` of the median over all queues' large transfers, its peers are the
-    other queues, and that job-wide median is its typical bandwidth.
-    """
-    # Grouped by the queue names' codes: a few million rows are not a frame filtered and
-    # grouped by string twice.
-    code, queues = pd.factorize(dma["queue"], sort=True)
-    bw = pd.Series(dma["bw"].to_numpy())
-    big = (dma["bytes"] >= min_bytes).to_numpy()
-
-    def median_per_queue(rows: np.ndarray) -> pd.Series:
-        rows = rows & (code >= 0)
-        med = bw[rows].groupby(code[rows]).median()
-        return pd.Series(med.to_numpy(), index=queues[med.index].rename("queue"), name="bw")
-
-    typical = median_per_queue(big)
-    fallback = median_per_queue(np.ones(len(code), dtype=bool))
-    typical = typical.reindex(fallback.index).fillna(fallback)
-    job_wide = float(bw[big].median()) if big.any() else float(bw.median())
-    if np.isfinite(job_wide):
-        typical = typical.where(typical >= floor_ratio * job_wide, job_wide)
-    return typical
-
-
-def interval_overlap(
-    a_start: np.ndarray, a_end: np.ndarray, b_start: np.ndarray, b_end: np.ndarray
-) -> np.ndarray:
-    """For each interval a_i, the ns covered by the union of the b intervals."""
-    if not len(b_start) or not len(a_start):
-        return np.zeros(len(a_start), dtype=np.int64)
-    o = np.argsort(b_start, kind="stable")
-    bs, be = b_start[o], b_end[o]
-    # Merge b into disjoint intervals.
-    run_end = np.maximum.accumulate(be)
-    new = np.r_[True, bs[1:] > run_end[:-1]]
-    ms = bs[new]
-    me = np.maximum.reduceat(run_end, np.flatnonzero(new))
-    covered = np.r_[0, np.cumsum(me - ms)]
-
-    def cum_at(t: np.ndarray) -> np.ndarray:
-        i = np.searchsorted(ms, t, side="right")  # merged intervals starting at or before t
-        inside = np.clip(t - ms[np.maximum(i - 1, 0)], 0, (me - ms)[np.maximum(i - 1, 0)])
-        return covered[np.maximum(i - 1, 0)] * (i > 0) + np.where(i > 0, inside, 0)
-
-    return (cum_at(a_end) - cum_at(a_start)).astype(np.int64)
-
-
-def busy_ns_by_group(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> pd.Series:
-    """Per group id: the length of the union of its intervals (overlaps counted once)."""
-    if not len(group):
-        return pd.Series(dtype="int64")
-    o = stable_order_by(group, start)
-    g, s, e = group[o], start[o].astype(np.int64), end[o].astype(np.int64)
-    new_group = np.r_[True, g[1:] != g[:-1]]
-    # A running max of ends within each group: lift each group above the previous one so a
-    # single cumulative max never carries an end across groups.
-    base = s.min()
-    span = int(e.max() - base) + 1
-    lift = (np.cumsum(new_group) - 1).astype(np.int64) * span
-    run_end = np.maximum.accumulate(e - base + lift) - lift + base
-    prev_end = np.r_[base, run_end[:-1]]
-    add = np.where(new_group, e - s, np.maximum(e - np.maximum(s, prev_end), 0))
-    # The groups are contiguous once sorted: one reduction per run, no grouping by hash.
-    first = np.flatnonzero(new_group)
-    return pd.Series(np.add.reduceat(add, first), index=g[first])
-
-
 def median_of_others(group: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Per element: the median of the *other* elements of its group (NaN when it is alone)."""
     n = len(values)
@@ -321,3 +151,18 @@ def device_ranks(trace: S.Trace) -> set[int]:
     device_track = trace.tracks[S.ENGINE].astype(str).to_numpy() != "cpu"
     on_device = device_track[trace.events[S.TRACK].to_numpy()]
     return {int(r) for r in pd.unique(trace.events[S.RANK].to_numpy()[on_device])}  # no sort
+
+
+def peer_gap_medians(ctx) -> tuple[np.ndarray, np.ndarray]:
+    """(nodes with an event and a binding predecessor, the median gap of the same node on the
+    other ranks: same track name, ordinal and role; NaN where no other rank has it).
+
+    Independent of which ranks a what-if speeds up: ``Analysis.peer_gap_medians`` keeps it, so
+    a rule trying several ranks computes the medians once."""
+    g = ctx.graph
+    idx = np.flatnonzero((g.event >= 0) & (g.bind >= 0))
+    names = peer_track_names(ctx.trace)
+    name_code = track_name_codes(names)[g.track[idx]]
+    ordinal = ctx.ordinals[g.event[idx]]
+    key = (name_code * (int(ordinal.max(initial=0)) + 1) + ordinal) * 4 + g.role[idx]
+    return idx, median_of_others(key, g.gap[idx])

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracediag.analysis.intervals import interval_overlap
 from tracediag.analysis.parallel_layout import P2P_OPS, group_members
-from tracediag.analysis.peers import interval_overlap
 from tracediag.model import schema as S
 
 

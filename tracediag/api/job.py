@@ -10,7 +10,7 @@ For notebooks and scripts; the CLI and the TUI run on the same functions underne
     >>> d.findings_df[["code", "ranks", "saving_ns"]]     # doctest: +SKIP
     >>> d.to_json() == open("report.json").read()         # doctest: +SKIP
 
-What-if questions of your own are in :mod:`tracediag.api.whatif` (``tracediag.what_if``).
+What-if questions of your own are in :mod:`tracediag.whatif.user_changes` (``tracediag.what_if``).
 """
 
 from __future__ import annotations
@@ -26,16 +26,16 @@ import numpy as np
 import pandas as pd
 
 from tracediag.analysis.context import Analysis, analyse
-from tracediag.api.diagnosis import Diagnosis
-from tracediag.engine import diagnose as engine
 from tracediag.engine.config import Config, from_mapping, load_config
+from tracediag.engine.diagnose import diagnose as engine_diagnose
+from tracediag.engine.diagnosis import Diagnosis
 from tracediag.loading.loader import load as load_trace
 from tracediag.loading.loader import stderr_progress
 from tracediag.model import schema as S
 
 if TYPE_CHECKING:
-    from tracediag.api.whatif import Change, WhatIfResult
     from tracediag.tui.app import TracediagApp
+    from tracediag.whatif.user_changes import Change, WhatIfResult
 
 PathLike: TypeAlias = str | os.PathLike[str]
 #: What ``config=`` accepts: nothing (defaults), a Config, a ``[tool.tracediag]``-like mapping,
@@ -175,7 +175,7 @@ class Job:
 
     def what_if(self, change: Change) -> WhatIfResult:
         """``tracediag.what_if(self, change)``."""
-        from tracediag.api.whatif import what_if
+        from tracediag.whatif.user_changes import what_if
 
         return what_if(self, change)
 
@@ -239,24 +239,22 @@ def diagnose(job: Job | S.Trace, config: ConfigLike = None) -> Diagnosis:
     >>> d = tracediag.diagnose(job, {"select": ["DMA", "COL"], "rules": {"COL201": {"min_impact_pct": 1}}})  # doctest: +SKIP
     >>> d.findings_df.query("severity >= 'warning'")  # doctest: +SKIP
     """
-    from tracediag.engine.trace_ignores import apply_per_trace_ignores
-
     trace = job.trace if isinstance(job, Job) else job
     if not isinstance(trace, S.Trace):
         raise TypeError(f"diagnose() needs a Job from tracediag.load, not {type(job).__name__}")
     cfg = resolve_config(config)
-    result, _ = apply_per_trace_ignores(engine.diagnose(trace, cfg), cfg.per_trace_ignores)
+    result = engine_diagnose(trace, cfg)
     if isinstance(job, Job) and "analysis" not in job.__dict__ and not cfg.hardware:
         job.analysis = result.analysis  # what-ifs on the job reuse the graph just built
-    return Diagnosis.of(result)
+    return result
 
 
-def tui_app(target: Job | engine.Diagnosis | S.Trace, config: ConfigLike = None) -> TracediagApp:
+def tui_app(target: Job | Diagnosis | S.Trace, config: ConfigLike = None) -> TracediagApp:
     """The Textual app on a loaded job (diagnosed with ``config``) or a diagnosis, not started:
     ``tui_app(job).run()``, or drive it in tests with ``run_test()``."""
     from tracediag.tui.app import make_app
 
-    if not isinstance(target, engine.Diagnosis):
+    if not isinstance(target, Diagnosis):
         target = diagnose(target, config)
     elif config is not None:
         raise ValueError("a Diagnosis is already configured: pass config with a Job instead")
@@ -264,7 +262,7 @@ def tui_app(target: Job | engine.Diagnosis | S.Trace, config: ConfigLike = None)
 
 
 def open_tui(
-    target: Job | engine.Diagnosis | PathLike | Iterable[PathLike], config: ConfigLike = None
+    target: Job | Diagnosis | PathLike | Iterable[PathLike], config: ConfigLike = None
 ) -> None:
     """Open the terminal UI (in a terminal: not in a notebook cell) and return when it quits.
 
@@ -273,7 +271,7 @@ def open_tui(
 
     >>> tracediag.open_tui(job)  # doctest: +SKIP
     """
-    if not isinstance(target, Job | engine.Diagnosis | S.Trace):
+    if not isinstance(target, Job | Diagnosis | S.Trace):
         config = resolve_config(config)
         target = load(target, align=config.align)
     tui_app(target, config).run()

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import orjson
 
-from tracediag.engine.diagnose import REPORT_SCHEMA
 from tracediag.io.files import head, read_bytes
 from tracediag.model.errors import TraceInputError
+
+#: The schema id the engine writes first in every JSON report, and a saved report must carry.
+REPORT_SCHEMA = "tracediag.report/1"
 
 
 def is_saved_report(path: Path) -> bool:

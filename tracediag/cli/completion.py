@@ -49,8 +49,8 @@ class Command:
     repeats_last: bool  # the last positional takes any number of words (``PATH...``)
 
 
-def add_parser(commands) -> None:
-    """Register ``completion`` on the subcommand parsers."""
+def add_parser(commands, root: argparse.ArgumentParser) -> None:
+    """Register ``completion`` on the subcommand parsers of ``root``, the parser it completes."""
     p = commands.add_parser(
         "completion",
         help="print a shell completion script (bash, zsh, fish)",
@@ -60,14 +60,12 @@ def add_parser(commands) -> None:
         "'tracediag completion fish > ~/.config/fish/completions/tracediag.fish'.",
     )
     p.add_argument("shell", choices=SHELLS, help="the shell to complete in")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, root_parser=root)
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the script for ``args.shell``."""
-    from tracediag.cli.main import build_parser
-
-    print(script(args.shell, build_parser()), end="")
+    print(script(args.shell, args.root_parser), end="")
     return 0
 
 

@@ -14,7 +14,7 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tracediag.engine.diagnose import Diagnosis
+    from tracediag.engine.diagnosis import Diagnosis
 
 RANK_PREFIX = "rank:"
 
@@ -34,12 +34,10 @@ def covered_ranks(pattern: str, inputs: list[tuple[str, list[int]]], ranks: list
     return out
 
 
-def apply_per_trace_ignores(
-    diagnosis: Diagnosis, patterns: dict[str, list[str]]
-) -> tuple[Diagnosis, int]:
-    """``diagnosis`` without the findings the patterns ignore, and how many were dropped."""
+def apply_per_trace_ignores(diagnosis: Diagnosis, patterns: dict[str, list[str]]) -> Diagnosis:
+    """``diagnosis`` without the findings the patterns ignore; ``ignored_findings`` counts them."""
     if not patterns or not diagnosis.findings:
-        return diagnosis, 0
+        return diagnosis
     trace = diagnosis.trace
     inputs = [(i.path, list(i.ranks)) for i in trace.inputs]
     ranks = list(trace.ranks)
@@ -53,4 +51,4 @@ def apply_per_trace_ignores(
                 ignored_ranks |= covered
         if not scope <= ignored_ranks:
             kept.append(f)
-    return replace(diagnosis, findings=kept), len(diagnosis.findings) - len(kept)
+    return replace(diagnosis, findings=kept, ignored_findings=len(diagnosis.findings) - len(kept))

@@ -19,17 +19,14 @@ Errors keep the serial path's form: the first failing unit in input order raises
 
 from __future__ import annotations
 
-import contextvars
-import importlib
-import multiprocessing
 import os
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
+from tracediag.io import worker_pool
 from tracediag.loading import cache
 from tracediag.model import schema as S
 from tracediag.model.assembly import RankPart
@@ -39,8 +36,6 @@ from tracediag.model.errors import TraceInputError, UsageError
 POOL_MIN_BYTES = 16 << 20
 #: Seconds to wait for a Dask scheduler before saying it is unreachable.
 CONNECT_TIMEOUT_S = 5
-# Processes the reader of the file being read in this process may start (helper_processes).
-_HELPERS: contextvars.ContextVar[int] = contextvars.ContextVar("reader_helpers", default=0)
 
 
 @dataclass
@@ -54,28 +49,14 @@ class Unit:
 
 
 def split_units(found: Sequence[tuple[Path, object]]) -> list[Unit]:
-    """One unit per discovered pair, except a Neuron Parquet job directory: one per rank.
-
-    A job directory is split only when every profile's name states its rank (``rank_3``), as
-    then reading each profile alone gives exactly what reading the parent gives; a profile
-    numbered by directory order or Metadata needs its siblings, so that parent is read whole.
-    """
-    from tracediag.parsers import neuron_parquet
-    from tracediag.parsers.neuron_common import natural_key, rank_from_name
-    from tracediag.parsers.neuron_parquet_tables import is_profile_dir
-
+    """One unit per discovered pair, except where the reader splits a path into ranks that
+    read alone give what the whole gives (its ``rank_units``: a Neuron Parquet job directory
+    whose profiles state their ranks): one unit per rank, each read and cached separately."""
     units = []
     for i, (path, reader) in enumerate(found):
-        if reader is neuron_parquet and not is_profile_dir(path):
-            children = sorted(
-                (c for c in path.iterdir() if not c.name.startswith(".")),
-                key=lambda c: natural_key(c.name),
-            )
-            profiles = [c for c in children if is_profile_dir(c)]
-            if profiles and all(rank_from_name(c.name) is not None for c in profiles):
-                units += [Unit(i, c, reader) for c in profiles]
-                continue
-        units.append(Unit(i, path, reader))
+        split = getattr(reader, "rank_units", None)
+        ranks = split(path) if split is not None else None
+        units += [Unit(i, p, reader) for p in ranks] if ranks else [Unit(i, path, reader)]
     return units
 
 
@@ -88,7 +69,10 @@ def read_unit(
     back into what they return. Errors travel as plain tuples: an exception whose constructor
     takes other arguments than its message does not survive pickling.
     """
-    reader = importlib.import_module(reader_name)
+    # Looked up among the readers, not imported by name: no read path imports code by name.
+    from tracediag.parsers import READERS
+
+    (reader,) = (r for r in READERS if r.__name__ == reader_name)
     try:
         parts = reader.read(Path(absolute))
     except TraceInputError as exc:
@@ -129,7 +113,7 @@ def read_trace(
         _assign_keys(units, jobs)
         inputs = [f"{path}\0{reader.FORMAT}" for path, reader in found]
         job_key = cache.combined_key(["job", *inputs, *(u.key for u in units)])
-        trace = cache.load_trace(job_key, root)
+        trace = cache.load_trace(job_key, root, note=say)
         if trace is not None:
             for path, reader in found:
                 say(f"reading {path} ({reader.FORMAT})")
@@ -153,7 +137,7 @@ def _read_units(
     results: list[list[RankPart] | None] = [None] * len(units)
     for i, unit in enumerate(units):
         if unit.key is not None:
-            results[i] = cache.load_parts(unit.key, root)
+            results[i] = cache.load_parts(unit.key, root, note=say)
     misses = [i for i, got in enumerate(results) if got is None]
     client = _dask_client(scheduler) if scheduler is not None and misses else None
     pending = _dispatch(units, misses, root, jobs, client)
@@ -205,7 +189,7 @@ def _dispatch(
     workers = min(len(misses), jobs or os.cpu_count() or 1)
     if workers < 2 or (jobs is None and _input_bytes(units, misses) < POOL_MIN_BYTES):
         return {}
-    pool = ProcessPoolExecutor(workers, mp_context=start_context())
+    pool = ProcessPoolExecutor(workers, mp_context=worker_pool.start_context())
     futures = {i: pool.submit(read_unit, *_worker_args(units[i], root)) for i in misses}
     pool.shutdown(wait=False)  # workers exit once the submitted reads are done
     return futures
@@ -222,23 +206,13 @@ def _worker_args(unit: Unit, root: Path | None) -> tuple:
     )
 
 
-def helper_processes() -> int:
-    """How many processes a reader may start to share the work of one file: ``jobs`` (or the
-    CPU count) while files are read one at a time in this process; 0 elsewhere (in pool
-    workers, and for readers called directly). Below 2 a reader works alone."""
-    return _HELPERS.get()
-
-
 def _outcome(
     fut: Future | None, unit: Unit, *, remote: bool, root: Path | None, jobs: int | None
 ) -> list:
     """A unit's parts: awaited from its future, or read here when it has none."""
     if fut is None:
-        token = _HELPERS.set(jobs or os.cpu_count() or 1)
-        try:
+        with worker_pool.reader_helpers(jobs or os.cpu_count() or 1):
             parts = unit.reader.read(unit.path)
-        finally:
-            _HELPERS.reset(token)
         if unit.key is not None:
             cache.store_parts(unit.key, parts, root)
         return parts
@@ -275,16 +249,3 @@ def _dask_client(address: str):
     except (OSError, TimeoutError, ValueError, TypeError) as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
         raise UsageError(f"--scheduler {address}: cannot connect: {reason}") from None
-
-
-def start_context():
-    """``fork`` (workers start in milliseconds) unless other threads run, as in the TUI, where
-    a forked child could inherit a lock another thread holds; then a preloaded forkserver."""
-    methods = multiprocessing.get_all_start_methods()
-    if "fork" in methods and threading.active_count() == 1:
-        return multiprocessing.get_context("fork")
-    if "forkserver" in methods:
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["tracediag.parsers"])
-        return ctx
-    return multiprocessing.get_context("spawn")

@@ -25,16 +25,18 @@ import pandas as pd
 
 from tracediag.model import schema as S
 from tracediag.model.assembly import TRACK_KIND_COL, RankPart
+from tracediag.parsers import BY_FORMAT
 
 SYSTEM = "system"
-_DEVICE_FORMATS = ("neuron-parquet", "neuron-json")
 _EXECUTIONS = ("nc_exec_running", "nrt_execute")
 
 
 def is_device_part(part: RankPart) -> bool:
     """A Neuron device profile (on a NeuronCore clock)."""
     info = part.meta.info
-    return part.meta.format in _DEVICE_FORMATS or info.get("neuron_profile") == "device"
+    reader = BY_FORMAT.get(part.meta.format)
+    device_format = getattr(reader, "NEURON_DEVICE_PROFILE", False)
+    return device_format or info.get("neuron_profile") == "device"
 
 
 def join_system_profiles(parts: list[RankPart]) -> list[RankPart]:
@@ -65,17 +67,23 @@ def device_to_host_offset(device: RankPart, host: RankPart) -> tuple[int, str]:
         [q[1:] for q in host.meta.info.get("clock_sync_points", []) if q[0] == device.meta.rank],
         dtype=np.int64,
     ).reshape(-1, 2)
-    if len(points):
-        nc, cpu = points[np.argmin(np.abs(points[:, 0] - first))]
-        return int(cpu - nc), "timestamp_sync_point"
-    ev = host.events
     span = int((device.events[S.TS] + device.events[S.DUR]).max()) - first
+    if len(points):
+        nearest = np.argmin(np.abs(points[:, 0] - first))
+        nc, cpu = points[nearest]
+        # A device profile on profile-relative time (a Perfetto device trace starts near 0) is
+        # on another time base than the sync points' NeuronCore clock: not joined by them.
+        if abs(int(nc) - first) <= 10 * span + 1_000_000_000:
+            return int(cpu - nc), "timestamp_sync_point"
+    ev = host.events
+    # Zero-based (profile-relative) times start at the execution's start, not at the first event.
+    zero = 0 if 0 <= first <= span else first
     names = ev[S.NAME].astype(str).to_numpy()
     for name in _EXECUTIONS:  # the hardware's view of the execution first
         rows = np.flatnonzero(names == name)
         if len(rows):
             best = rows[np.argmin(np.abs(ev[S.DUR].to_numpy()[rows] - span))]
-            return int(ev[S.TS].iat[best]) - first, "execution match"
+            return int(ev[S.TS].iat[best]) - zero, "execution match"
     return 0, "none (no sync point or execution in the system profile)"
 
 
@@ -86,7 +94,11 @@ def merge(device: RankPart, host: RankPart) -> RankPart:
     dev = device.events.copy()
     dev[S.TS] = dev[S.TS].to_numpy(dtype=np.int64) + offset
     n_dev = len(dev)
-    events = pd.concat([dev, host.events], ignore_index=True)
+    # The device profile holds the collectives; the system part's cc_running stay as markers.
+    host_events = host.events.copy()
+    kind = host_events[S.KIND].astype(object)
+    host_events[S.KIND] = pd.Categorical(kind.where(kind != "collective", "marker"))
+    events = pd.concat([dev, host_events], ignore_index=True)
     for col in dev.columns:  # keep text columns categorical (concat of differing ones is object)
         if isinstance(dev[col].dtype, pd.CategoricalDtype) and events[col].dtype == object:
             events[col] = events[col].astype("category")

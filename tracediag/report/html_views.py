@@ -1,5 +1,9 @@
 """What the HTML report draws from the trace itself, beyond the JSON report: the arrival skew
-per (collective instance x rank) and the events of the worst finding's window.
+per (collective instance x rank), each rank's mean arrival lateness (the Ranks table's shading)
+and the events of the worst finding's window on the ranks the critical path runs on there.
+
+All of it reads ``Analysis.lateness`` and ``Analysis.segments``, the tables COL201 and the TUI
+read, so the pictures name the same ranks as the findings.
 
 Computed from a :class:`~tracediag.engine.diagnose.Diagnosis`; a report rendered from a saved JSON report
 has no trace and draws without them. Everything is vectorised and capped, so the page stays
@@ -11,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
-from tracediag.analysis.arrival_skew import LatenessGrid, lateness, lateness_grid
+from tracediag.analysis.arrival_skew import LatenessGrid, colour_scale_ns, lateness_grid
 from tracediag.model import schema as S
 from tracediag.report.svg import CATEGORY_COLORS
 
@@ -20,8 +25,10 @@ from tracediag.report.svg import CATEGORY_COLORS
 MAX_INSTANCES = 120
 #: At most this many cells in the skew heatmap (each is an SVG rect with a tooltip).
 MAX_CELLS = 12_000
-#: At most this many lanes (tracks) in the worst window's timeline: the busiest.
+#: At most this many lanes (tracks) in the worst window's timeline: the path's, then the busiest.
 MAX_LANES = 24
+#: At most this many ranks in the worst window: those the critical path spends most time on.
+MAX_WINDOW_RANKS = 4
 #: Horizontal resolution of the window timeline: events closer than a pixel merge into one bar.
 PLOT_PX = 640
 #: Context drawn on each side of the worst finding's window, as a fraction of its length.
@@ -55,31 +62,59 @@ class WindowView:
     finding_start_ns: int
     finding_end_ns: int
     lanes: list[Lane]
+    ranks: list[int]  # the ranks drawn: where the critical path runs in the window
+
+
+@dataclass
+class RankLateness:
+    """Per rank: mean arrival lateness at collectives (ns) and the lateness the darkest shade
+    stands for (the same scale as the skew grid's)."""
+
+    mean_ns: dict[int, float]
+    scale_ns: float
 
 
 @dataclass
 class HtmlViews:
     skew: LatenessGrid | None
     window: WindowView | None
+    rank_lateness: RankLateness | None = None
 
 
 def html_views(diagnosis) -> HtmlViews:
-    """The skew grid and the worst window of ``diagnosis`` (either may be ``None``)."""
-    return HtmlViews(_skew(diagnosis.trace), _window(diagnosis))
+    """The skew grid, the worst window and the ranks' lateness of ``diagnosis`` (each may be
+    ``None``)."""
+    return HtmlViews(_skew(diagnosis), _window(diagnosis), _rank_lateness(diagnosis))
 
 
-def _skew(trace: S.Trace) -> LatenessGrid | None:
+def _lateness(diagnosis) -> pd.DataFrame | None:
+    trace = diagnosis.trace
     if trace.collectives is None or not len(trace.collectives):
         return None
-    late = lateness(trace.collectives)
-    if not len(late):
+    late = diagnosis.analysis.lateness
+    return late if len(late) else None
+
+
+def _rank_lateness(diagnosis) -> RankLateness | None:
+    late = _lateness(diagnosis)
+    if late is None:
         return None
+    mean = late.groupby(S.RANK)["late_ns"].mean()
+    scale = colour_scale_ns(mean.rename("late_ns").to_frame(), diagnosis.analysis.length_ns)
+    return RankLateness({int(r): float(v) for r, v in mean.items()}, scale)
+
+
+def _skew(diagnosis) -> LatenessGrid | None:
+    late = _lateness(diagnosis)
+    if late is None:
+        return None
+    scale = colour_scale_ns(late, diagnosis.analysis.length_ns)
     worst = late.groupby(S.COLL_KEY)["late_ns"].max()
     cap = min(MAX_INSTANCES, max(8, MAX_CELLS // late[S.RANK].nunique()))
     if len(worst) > cap:
         keep = worst.nlargest(cap).index
         late = late[late[S.COLL_KEY].isin(keep)]
-    return lateness_grid(late)
+    return lateness_grid(late, scale)
 
 
 def _merge(x0: np.ndarray, x1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -94,6 +129,19 @@ def _merge(x0: np.ndarray, x1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.stack([x0[first], reach[last]], axis=1), last - first + 1
 
 
+def _path_ranks(seg: pd.DataFrame, t0: int, t1: int) -> list[int]:
+    """The ranks the critical path runs on in ``[t0, t1)``, most path time first (capped)."""
+    start = np.maximum(seg["start_ns"].to_numpy(), t0)
+    end = np.minimum(seg["end_ns"].to_numpy(), t1)
+    rank = seg["rank"].to_numpy()
+    inside = (end > start) & (rank >= 0)
+    if not inside.any():
+        return []
+    ns = pd.Series((end - start)[inside]).groupby(rank[inside]).sum()
+    ns = ns.sort_values(ascending=False, kind="stable")
+    return [int(r) for r in ns.index[:MAX_WINDOW_RANKS]]
+
+
 def _window(diagnosis) -> WindowView | None:
     timed = [f for f in diagnosis.findings if f.end_ns > f.start_ns]
     if not timed:
@@ -105,7 +153,8 @@ def _window(diagnosis) -> WindowView | None:
     # context on both sides, but not beyond the critical path (the step)
     t0 = max(worst.start_ns - pad, int(seg["start_ns"].min()))
     t1 = min(worst.end_ns + pad, int(seg["end_ns"].max()))
-    ranks = list(worst.ranks)[:4] or list(trace.ranks)[:4]
+    ranks = _path_ranks(seg, t0, t1) or list(worst.ranks)[:MAX_WINDOW_RANKS]
+    ranks = ranks or list(trace.ranks)[:MAX_WINDOW_RANKS]
     ev = trace.events
     ts = ev[S.TS].to_numpy()
     end = ts + ev[S.DUR].to_numpy()
@@ -124,6 +173,9 @@ def _window(diagnosis) -> WindowView | None:
     x1 = np.maximum(np.ceil((np.clip(end[rows], t0, t1) - t0) * PLOT_PX / span), x0 + 1)
     x1 = x1.astype(np.int64)
     busy = np.bincount(track, weights=(x1 - x0), minlength=len(trace.tracks))
+    # the tracks the path runs on come first, then the busiest
+    path_tracks = np.unique(track[on_path[rows]])
+    busy[path_tracks] += busy.sum() + 1
     lanes_tracks = [int(t) for t in np.argsort(-busy, kind="stable")[:MAX_LANES] if busy[t] > 0]
     tracks = trace.tracks
     names = ev[S.NAME].iloc[rows].to_numpy()  # the window's rows only
@@ -149,4 +201,4 @@ def _window(diagnosis) -> WindowView | None:
                 labels,
             )
         )
-    return WindowView(worst.code, t0, t1, worst.start_ns, worst.end_ns, lanes)
+    return WindowView(worst.code, t0, t1, worst.start_ns, worst.end_ns, lanes, ranks)

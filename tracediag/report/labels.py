@@ -10,33 +10,6 @@ def percent(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:.1f}%" if whole else "-"
 
 
-def plural(n: int, word: str) -> str:
-    """``plural(1, "finding")`` -> ``"1 finding"``; ``plural(2, "finding")`` -> ``"2 findings"``."""
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def ranks_label(ranks: list[int]) -> str:
-    """``"rank 3"`` or ``"ranks 0-3,5"``."""
-    return f"rank {ranks[0]}" if len(set(ranks)) == 1 else f"ranks {rank_list(ranks)}"
-
-
-def rank_list(ranks: list[int]) -> str:
-    """``[0, 1, 2, 3, 5]`` -> ``"0-3,5"`` (compact even for hundreds of ranks); ``"-"`` if none."""
-    if not ranks:
-        return "-"
-    ordered = sorted(set(ranks))
-    runs: list[str] = []
-    first = prev = ordered[0]
-    for r in ordered[1:] + [None]:
-        if r is not None and r == prev + 1:
-            prev = r
-            continue
-        runs.append(str(first) if first == prev else f"{first}-{prev}")
-        if r is not None:
-            first = prev = r
-    return ",".join(runs)
-
-
 def window(finding: dict, path_start_ns: int) -> str:
     """The finding's time window relative to the start of the critical path, or ``""``."""
     start, end = finding["start_ns"], finding["end_ns"]
@@ -48,6 +21,20 @@ def window(finding: dict, path_start_ns: int) -> str:
 def severity_counts(summary: dict) -> str:
     """``"1 error, 2 warning, 0 info"`` from the report's summary."""
     return ", ".join(f"{summary[s]} {s}" for s in ("error", "warning", "info"))
+
+
+def total_saving(summary: dict) -> tuple[str, str, str]:
+    """(label, value, note) for the summary's total saving: the joint replay of every finding's
+    change where the report has one (``total_saving_ns_joint``), else, for reports saved before
+    it existed, the sum of the savings (which counts overlapping causes more than once)."""
+    joint = summary.get("total_saving_ns_joint")
+    added = summary.get("total_saving_ns_upper_bound", 0)
+    if joint is None:
+        return "Sum of the savings", fmt_ns(added), "savings overlap; each is measured alone"
+    note = "by one replay of all their changes"
+    if added != joint:
+        note += f"; their savings, each measured alone, add up to {fmt_ns(added)}"
+    return "Fixing all of them together", f"{fmt_ns(joint)} shorter", note
 
 
 def layout_label(layout: dict) -> str:

@@ -15,9 +15,11 @@ import numpy as np
 import pandas as pd
 
 from tracediag.engine.config import Config
-from tracediag.engine.diagnose import DIAGNOSE_STAGES, Diagnosis, diagnose
+from tracediag.engine.diagnose import DIAGNOSE_STAGES, diagnose
+from tracediag.engine.diagnosis import Diagnosis
 from tracediag.loading.loader import discover, load
 from tracediag.model.errors import TracediagError
+from tracediag.tui.lanes import LaneLayout, lane_layout
 from tracediag.tui.timeline_index import TimelineIndex
 from tracediag.tui.timeline_state import track_ranks
 
@@ -55,6 +57,11 @@ class Session:
         return self.trace.tracks["name"].astype(str).to_numpy()
 
     @cached_property
+    def lanes(self) -> LaneLayout:
+        """Which tracks get a timeline lane, their order (the same on every rank), labels."""
+        return lane_layout(self.trace)
+
+    @cached_property
     def event_names(self) -> pd.Series:
         """The events' name column (categorical: no string per event)."""
         return self.trace.events["name"]
@@ -66,10 +73,8 @@ class Session:
 
     @cached_property
     def lateness(self) -> pd.DataFrame:
-        """Arrival lateness per (collective instance, rank), from ``skew.lateness``."""
-        from tracediag.analysis.arrival_skew import lateness
-
-        return lateness(self.trace.collectives)
+        """Arrival lateness per (collective instance, rank): the analysis's own table."""
+        return self.diagnosis.analysis.lateness
 
     @property
     def path_start(self) -> int:

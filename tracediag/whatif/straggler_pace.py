@@ -1,4 +1,4 @@
-"""What-if: some ranks run at their peers' pace.
+"""The straggler what-if: some ranks run at their peers' pace.
 
 Each event of the ranks that takes longer than the median of the same work on the other ranks
 (same track name and ordinal) gets that median duration, and each node whose unexplained gap
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracediag.analysis.peers import median_of_others, peer_track_names, track_name_codes
 from tracediag.graph.replay import WhatIf
 from tracediag.model import schema as S
 
@@ -32,21 +31,6 @@ def peer_pace_change(ctx, ranks) -> WhatIf:
     ok = nodes >= 0
     change = WhatIf.durations(nodes[ok], ctx.graph.dur[nodes[ok]] - excess[ids][ok])
     return change + _gap_change(ctx, ranks)
-
-
-def peer_gap_medians(ctx) -> tuple[np.ndarray, np.ndarray]:
-    """(nodes with an event and a binding predecessor, the median gap of the same node on the
-    other ranks: same track name, ordinal and role; NaN where no other rank has it).
-
-    Independent of which ranks a what-if speeds up: ``Analysis.peer_gap_medians`` keeps it, so
-    a rule trying several ranks computes the medians once."""
-    g = ctx.graph
-    idx = np.flatnonzero((g.event >= 0) & (g.bind >= 0))
-    names = peer_track_names(ctx.trace)
-    name_code = track_name_codes(names)[g.track[idx]]
-    ordinal = ctx.ordinals[g.event[idx]]
-    key = (name_code * (int(ordinal.max(initial=0)) + 1) + ordinal) * 4 + g.role[idx]
-    return idx, median_of_others(key, g.gap[idx])
 
 
 def _gap_change(ctx, ranks: np.ndarray) -> WhatIf:

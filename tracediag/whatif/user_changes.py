@@ -24,19 +24,16 @@ import difflib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TypeAlias
 
 import numpy as np
 
 from tracediag.analysis.context import Analysis, analyse
 from tracediag.analysis.peers import peer_track_names
-from tracediag.engine import diagnose as engine
 from tracediag.graph.dependencies import EDGE_CODE_NAMES
 from tracediag.graph.replay import WhatIf, replay
 from tracediag.model import schema as S
-
-if TYPE_CHECKING:
-    from tracediag.api.job import Job
+from tracediag.model.dma_rings import split_ring_names
 
 Names: TypeAlias = str | Sequence[str] | None
 Ranks: TypeAlias = int | Sequence[int] | None
@@ -163,7 +160,7 @@ class WhatIfResult:
         return round(100.0 * self.saving_ns / self.old_step_ns, 2) if self.old_step_ns else 0.0
 
 
-def what_if(target: Job | engine.Diagnosis | S.Trace, change: Change) -> WhatIfResult:
+def what_if(target: object, change: Change) -> WhatIfResult:
     """Replay ``target`` (a Job, a Diagnosis or a Trace) with ``change`` and return the saving.
 
     Raises ValueError naming the known values for an unknown rank, engine, queue, track,
@@ -210,12 +207,9 @@ def what_if(target: Job | engine.Diagnosis | S.Trace, change: Change) -> WhatIfR
     return WhatIfResult(int(old - new), int(old), int(new), int(selected.sum()))
 
 
-def _analysis_of(target: Job | engine.Diagnosis | S.Trace) -> Analysis:
-    from tracediag.api.job import Job
-
-    if isinstance(target, Job):
-        return target.analysis
-    if isinstance(target, engine.Diagnosis):
+def _analysis_of(target: object) -> Analysis:
+    # A Job (the API's, above this layer) and a Diagnosis both carry their analysis.
+    if isinstance(getattr(target, "analysis", None), Analysis):
         return target.analysis
     if isinstance(target, S.Trace):
         return analyse(target)
@@ -240,8 +234,9 @@ def select_events(ctx: Analysis, sel: Selection) -> np.ndarray:
     names = tr[S.TRACK_NAME].astype(str).to_numpy()
     if sel.queue is not None:
         is_queue = (tr[S.TRACK_KIND].astype(str) == "dma_queue").to_numpy()
-        _check_known("queue", sel.queue, names[is_queue])
-        on_track &= is_queue & np.isin(names, sel.queue)
+        queues = split_ring_names(names)[0]  # a queue's rings, or one of its rings by name
+        _check_known("queue", sel.queue, np.union1d(queues[is_queue], names[is_queue]))
+        on_track &= is_queue & (np.isin(queues, sel.queue) | np.isin(names, sel.queue))
     if sel.track is not None:
         peers = peer_track_names(trace).astype(str)
         _check_known("track", sel.track, np.union1d(peers, names), shown=peers)

@@ -1,0 +1,51 @@
+"""Interval arithmetic on numpy arrays: overlap with a union of intervals, busy time per group."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracediag.graph.dependencies import stable_order_by
+
+
+def interval_overlap(
+    a_start: np.ndarray, a_end: np.ndarray, b_start: np.ndarray, b_end: np.ndarray
+) -> np.ndarray:
+    """For each interval a_i, the ns covered by the union of the b intervals."""
+    if not len(b_start) or not len(a_start):
+        return np.zeros(len(a_start), dtype=np.int64)
+    o = np.argsort(b_start, kind="stable")
+    bs, be = b_start[o], b_end[o]
+    # Merge b into disjoint intervals.
+    run_end = np.maximum.accumulate(be)
+    new = np.r_[True, bs[1:] > run_end[:-1]]
+    ms = bs[new]
+    me = np.maximum.reduceat(run_end, np.flatnonzero(new))
+    covered = np.r_[0, np.cumsum(me - ms)]
+
+    def cum_at(t: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(ms, t, side="right")  # merged intervals starting at or before t
+        inside = np.clip(t - ms[np.maximum(i - 1, 0)], 0, (me - ms)[np.maximum(i - 1, 0)])
+        return covered[np.maximum(i - 1, 0)] * (i > 0) + np.where(i > 0, inside, 0)
+
+    return (cum_at(a_end) - cum_at(a_start)).astype(np.int64)
+
+
+def busy_ns_by_group(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> pd.Series:
+    """Per group id: the length of the union of its intervals (overlaps counted once)."""
+    if not len(group):
+        return pd.Series(dtype="int64")
+    o = stable_order_by(group, start)
+    g, s, e = group[o], start[o].astype(np.int64), end[o].astype(np.int64)
+    new_group = np.r_[True, g[1:] != g[:-1]]
+    # A running max of ends within each group: lift each group above the previous one so a
+    # single cumulative max never carries an end across groups.
+    base = s.min()
+    span = int(e.max() - base) + 1
+    lift = (np.cumsum(new_group) - 1).astype(np.int64) * span
+    run_end = np.maximum.accumulate(e - base + lift) - lift + base
+    prev_end = np.r_[base, run_end[:-1]]
+    add = np.where(new_group, e - s, np.maximum(e - np.maximum(s, prev_end), 0))
+    # The groups are contiguous once sorted: one reduction per run, no grouping by hash.
+    first = np.flatnonzero(new_group)
+    return pd.Series(np.add.reduceat(add, first), index=g[first])

@@ -1,0 +1,59 @@
+"""Words for messages, shared by rules, reports and front ends: plurals, rank lists, rates."""
+
+from __future__ import annotations
+
+import math
+
+from tracediag.model.units import fmt_bw
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``plural(1, "finding")`` -> ``"1 finding"``; ``plural(2, "finding")`` -> ``"2 findings"``;
+    ``many`` for an irregular plural (``plural(2, "directory", "directories")``)."""
+    return f"{n} {word}" if n == 1 else f"{n} {many or word + 's'}"
+
+
+#: How messages name an engine that is not "<name> engine": a host thread, a whole GPU.
+_ENGINE_NAMES = {
+    "cpu": "host thread",
+    "gpu": "GPU",
+    "cc": "collective engine",
+    "": "compute engine",
+}
+
+
+def engine_label(engine: str) -> str:
+    """``"tensor"`` -> ``"tensor engine"``; ``"cpu"`` -> ``"host thread"``; ``"gpu"`` -> ``"GPU"``."""
+    return _ENGINE_NAMES.get(engine, f"{engine} engine")
+
+
+def ranks_label(ranks: list[int]) -> str:
+    """``"rank 3"`` or ``"ranks 0-3,5"``."""
+    return f"rank {ranks[0]}" if len(set(ranks)) == 1 else f"ranks {rank_list(ranks)}"
+
+
+def rank_list(ranks: list[int]) -> str:
+    """``[0, 1, 2, 3, 5]`` -> ``"0-3,5"`` (compact even for hundreds of ranks); ``"-"`` if none."""
+    if not ranks:
+        return "-"
+    ordered = sorted(set(ranks))
+    runs: list[str] = []
+    first = prev = ordered[0]
+    for r in ordered[1:] + [None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        runs.append(str(first) if first == prev else f"{first}-{prev}")
+        if r is not None:
+            first = prev = r
+    return ",".join(runs)
+
+
+def bus_bandwidth_text(busbw: float, link: float) -> str:
+    """``" at X bus bandwidth (link Y)"``; without the link where none is known (NaN), and
+    nothing without a bus bandwidth."""
+    if not math.isfinite(busbw):
+        return ""
+    return f" at {fmt_bw(busbw)} bus bandwidth" + (
+        f" (link {fmt_bw(link)})" if math.isfinite(link) else ""
+    )
