@@ -14,7 +14,7 @@ import pytest
 
 from tracediag.cli.main import main
 from tracediag.engine.diagnose import diagnose
-from tracediag.loading import cache
+from tracediag.loading import cache, cache_frames
 from tracediag.loading.loader import discover, load
 from tracediag.model.assembly import RankPart
 from tracediag.model.errors import TraceInputError
@@ -71,28 +71,75 @@ def test_reader_output_round_trips_exactly(job, root):
         shutil.rmtree(root / "k")
 
 
-def test_unusual_columns_round_trip(root):
-    meta = RankMeta(rank=3, sources=["x"], info={"ids": (1, 2), 7: np.int64(5)}, repairs={"r": 2})
+def odd_frame() -> pd.DataFrame:
+    """A frame of every column kind the cache stores, repeated labels and a non-default index."""
     events = pd.DataFrame(
         {
             "cat": pd.Categorical(["b", None, "a"], categories=["b", "a"], ordered=True),
             "num": np.array([1, 2, 3], dtype="int8"),
             "flag": [True, False, True],
+            "half": np.array([0.5, np.nan, -np.inf], dtype="float16"),
             "strs": np.array(["x", "", "z"], dtype=object),
             "mixed": np.array(["x", None, 3], dtype=object),
             "text": pd.array(["p", None, "q"], dtype="str"),
+            "pytext": pd.array(["p", None, "q"], dtype=pd.StringDtype("python")),
             "maybe": pd.array([1, None, 3], dtype="Int64"),
+            "intcat": pd.Categorical([7, 7, None], categories=[7, 9]),
         },
         index=[10, 11, 12],
     )
-    events.columns = ["cat", "num", "flag", "strs", "mixed", "text", "cat"]  # duplicate label
-    empty = pd.DataFrame(index=pd.RangeIndex(4))  # rows, no columns
-    parts = [RankPart(meta=meta, events=events, edges=empty, collectives=events.iloc[:0])]
+    events.columns = [*events.columns[:-1], "cat"]  # a repeated label
+    return events
+
+
+def round_trip_frame(df: pd.DataFrame, tmp_path: Path) -> pd.DataFrame:
+    path = tmp_path / "f.arrow"
+    spec = cache_frames.write_frame(df, str(path))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return cache_frames.read_frame(fd, orjson.loads(orjson.dumps(spec)))
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
+def test_unusual_columns_round_trip(tmp_path):
+    odd = odd_frame()
+    back = round_trip_frame(odd, tmp_path)
+    assert_same_frame(odd, back)
+    assert back.iloc[:, 5].tolist() == ["x", None, 3]
+    assert back.index.tolist() == [10, 11, 12]
+    for df in (
+        pd.DataFrame(index=pd.RangeIndex(4)),  # rows, no columns
+        odd.iloc[:0],  # columns (categories kept), no rows
+        pd.DataFrame({0: [1.5], ("a", 1): ["s"]}, index=pd.RangeIndex(5, 6, name="row")),
+    ):
+        assert_same_frame(df, round_trip_frame(df, tmp_path))
+
+
+def test_unusual_metadata_round_trips(root):
+    info = {"ids": (1, 2), 7: np.int64(5), "nan": float("nan"), "deep": [{"x": (None, True)}]}
+    meta = RankMeta(
+        rank=3, sources=["x"], info=info, repairs={"r": 2}, summary={"f": np.float32(2)}
+    )
+    events = pd.DataFrame({"ts_ns": np.array([5, 9]), "dur_ns": np.array([1, 0]), "u": [1.0, 2.0]})
+    parts = [RankPart(meta=meta, events=events)]
     assert cache.store_parts("odd", parts, root)
     back = cache.load_parts("odd", root)
-    assert_same_parts(parts, back)
-    assert back[0].events.iloc[:, 4].tolist() == ["x", None, 3]
-    assert back[0].meta.info == {"ids": (1, 2), 7: 5} and back[0].meta.repairs == {"r": 2}
+    assert_same_frame(events, back[0].events)
+    got = back[0].meta
+    assert (got.rank, got.sources, got.repairs) == (3, ["x"], {"r": 2})
+    assert got.info["ids"] == (1, 2) and type(got.info[7]) is np.int64 and got.info[7] == 5
+    assert np.isnan(got.info["nan"]) and got.info["deep"] == [{"x": (None, True)}]
+    assert type(got.summary["f"]) is np.float32
+
+
+def test_what_cannot_be_stored_exactly_is_not_stored(root):
+    events = pd.DataFrame({"ts_ns": [1], "dur_ns": [1], "when": pd.to_datetime(["2024-01-01"])})
+    meta = RankMeta(rank=0, info={"t": pd.Timestamp(0)})
+    assert not cache.store_parts("dt", [RankPart(meta=RankMeta(rank=0), events=events)], root)
+    assert not cache.store_parts("ts", [RankPart(meta=meta, events=events.iloc[:, :2])], root)
+    assert not root.exists() or not list(root.iterdir())  # nothing half written
 
 
 def test_loaded_arrays_are_writable(root):
@@ -158,14 +205,14 @@ def test_damaged_entries_are_ignored_and_rewritten(root):
     load([CHROME])
     stored = entries(root)
     (stored[0] / "0-events.arrow").write_bytes(b"ARROW1 truncated")
-    (stored[1] / "manifest.pkl").write_bytes(b"\x80\x05 not a pickle")
+    (stored[1] / "manifest.json").write_bytes(b'{"format": 2, "class": "RankPart", "items": [')
     for name in ("0-events.arrow", "0-tracks.arrow"):
         if (stored[2] / name).exists():
             (stored[2] / name).write_bytes(b"")
     assert_same_trace(reference, load([CHROME]))
     assert_same_trace(reference, load([CHROME]))
     assert entries(root) == stored  # rewritten under the same keys
-    assert all((entry / "manifest.pkl").stat().st_size > 100 for entry in stored)
+    assert all((entry / "manifest.json").stat().st_size > 100 for entry in stored)
 
 
 def test_an_unwritable_cache_only_costs_the_cache(tmp_path, monkeypatch):
@@ -229,7 +276,7 @@ def test_no_cache_flag_reaches_the_loader(command, monkeypatch, tmp_path, capsys
         raise TraceInputError(paths[0], "stop here")
 
     monkeypatch.setattr("tracediag.loading.loader.load", fake_load)
-    argv = [command, str(CHROME), "--no-cache", "--jobs", "3", "-o", str(tmp_path / "o")]
+    argv = [command, str(CHROME), "--no-cache", "--jobs", "3", "-o", str(tmp_path / "o.json")]
     assert main(argv) == 2
     assert (seen["cache"], seen["jobs"], seen["scheduler"]) == (False, 3, None)
     capsys.readouterr()

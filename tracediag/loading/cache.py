@@ -7,12 +7,19 @@ and one per job (the assembled, not yet aligned :class:`~tracediag.model.schema.
 units' keys, since assembling costs more than reading the result back. Every key also covers
 the tool version, :data:`CACHE_FORMAT` and the code of the tool's modules.
 
-An entry is a directory of Arrow IPC files (one per DataFrame, zstd-compressed buffers,
-memory-mapped on load) and a pickled manifest with the exact pandas dtypes (categories
-included) and the objects beside the frames (:class:`~tracediag.model.schema.RankMeta`, inputs).
-Entries are written into a temporary directory and renamed into place, so no reader sees half
-an entry; an unreadable entry is removed and rewritten. No failure of the cache ever reaches
-the user. The cache keeps within ``$TRACEDIAG_CACHE_MAX_GB`` (:mod:`tracediag.loading.cache_limits`).
+An entry is a directory of data only: Arrow IPC files (one per DataFrame, zstd-compressed
+buffers, memory-mapped on load; :mod:`tracediag.loading.cache_frames`) and a JSON manifest
+(``manifest.json``: format version, class, each frame's column specs and the fields beside the
+frames under an explicit schema; :mod:`tracediag.loading.cache_manifest`). Nothing read from the
+cache is unpickled, evaluated or imported: a cache directory may be shared, or restored from
+another job's artifacts. An entry is used only when its directory and files belong to the
+current user and no one else may write them (else it is ignored, with a note through the
+loader's progress channel), and only once every table and field has been checked against what
+this version writes; an unreadable or malformed entry is a miss, removed and rewritten.
+
+Entries are written into a private temporary directory and renamed into place, so no reader sees
+half an entry. No failure of the cache ever reaches the user. The cache directory is created
+0700, and keeps within ``$TRACEDIAG_CACHE_MAX_GB`` (:mod:`tracediag.loading.cache_limits`).
 """
 
 from __future__ import annotations
@@ -21,31 +28,38 @@ import dataclasses
 import functools
 import hashlib
 import os
-import pickle
 import shutil
+import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.ipc as ipc
+import orjson
 
 from tracediag import __version__
 from tracediag.loading import cache_limits
+from tracediag.loading.cache_checks import check_item
+from tracediag.loading.cache_frames import read_frame, write_frame
+from tracediag.loading.cache_manifest import OBJECTS, ManifestError, decode_typed, encode_typed
 from tracediag.model import schema as S
 from tracediag.model.assembly import RankPart
 
-#: Bumped whenever the on-disk layout or the encoding of columns changes.
-CACHE_FORMAT = 1
+#: Bumped whenever the on-disk layout or the encoding of columns changes (2: JSON manifest,
+#: checked on load; 1 was a pickled manifest, never read again).
+CACHE_FORMAT = 2
 #: SHA-256 rather than BLAKE2b: with the SHA extensions of current x86 and ARM CPUs it hashes
 #: 2-3x faster (0.65 vs 0.26 GB/s measured here), and it is as collision-resistant.
 HASH_NAME = "sha256"
 _CHUNK = 1 << 20
-_MANIFEST = "manifest.pkl"
-#: zstd buffers: about 20x smaller than raw on events (a cache of multi-GB traces must fit a
-#: disk) and still read back at several hundred MB/s.
-_WRITE_OPTIONS = ipc.IpcWriteOptions(compression="zstd" if pa.Codec.is_available("zstd") else None)
+MANIFEST = "manifest.json"
+#: The manifests of earlier formats: an entry holding one is removed, never read.
+LEGACY_MANIFESTS = ("manifest.pkl",)
+#: A manifest holds specs, metadata and categories (names of events: kilobytes to megabytes);
+#: anything far larger is not one of ours.
+_MAX_MANIFEST_BYTES = 1 << 30
+_CLASSES = {"RankPart": RankPart, "Trace": S.Trace}
+#: Where notes about ignored entries go: the loader's progress channel (the CLI's stderr lines).
+Note = Callable[[str], None]
 
 
 def cache_root() -> Path:
@@ -105,9 +119,11 @@ def code_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def load_parts(key: str, root: Path | None = None) -> list[RankPart] | None:
-    """The parts cached under ``key``, or None when absent or unreadable (then it is removed)."""
-    return _load(key, RankPart, root)
+def load_parts(
+    key: str, root: Path | None = None, note: Note | None = None
+) -> list[RankPart] | None:
+    """The parts cached under ``key``, or None when absent or unusable (see :func:`load_trace`)."""
+    return _load(key, RankPart, root, note)
 
 
 def store_parts(key: str, parts: list[RankPart], root: Path | None = None) -> bool:
@@ -115,9 +131,10 @@ def store_parts(key: str, parts: list[RankPart], root: Path | None = None) -> bo
     return _store(key, parts, root)
 
 
-def load_trace(key: str, root: Path | None = None) -> S.Trace | None:
-    """The assembled trace cached under ``key``, or None (see :func:`load_parts`)."""
-    got = _load(key, S.Trace, root)
+def load_trace(key: str, root: Path | None = None, note: Note | None = None) -> S.Trace | None:
+    """The assembled trace cached under ``key``, or None: absent; malformed (then removed);
+    or not private to this user (then left alone, and ``note`` hears why)."""
+    got = _load(key, S.Trace, root, note)
     return got[0] if got and len(got) == 1 else None
 
 
@@ -128,139 +145,161 @@ def store_trace(key: str, trace: S.Trace, root: Path | None = None) -> bool:
     return _store(key, [trace], root, prune=True)
 
 
-def _load(key: str, cls: type, root: Path | None) -> list | None:
+# ---- reading an entry -----------------------------------------------------------------------
+
+
+class UnsafeEntry(Exception):
+    """An entry another user owns or may write: not to be trusted. ``ours``: the current user
+    owns it (then it is removed, to be rewritten private); else it is left alone."""
+
+    def __init__(self, message: str, ours: bool) -> None:
+        super().__init__(message)
+        self.ours = ours
+
+
+def _load(key: str, cls: type, root: Path | None, note: Note | None) -> list | None:
     entry = (root or cache_root()) / key
-    if not entry.is_dir():
-        return None
     try:
-        with open(entry / _MANIFEST, "rb") as f:
-            manifest = pickle.load(f)
-        cache_limits.mark_used(entry / _MANIFEST)
-        if manifest["format"] != CACHE_FORMAT or manifest["class"] != cls.__name__:
-            raise ValueError("not an entry of this kind")
-        items = []
-        for i, item in enumerate(manifest["items"]):
-            frames = {
-                name: _read_frame(entry / f"{i}-{name}.arrow", spec)
-                for name, spec in item["frames"].items()
-            }
-            items.append(cls(**item["objects"], **frames))
+        dir_fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None  # absent (the usual miss), or not a directory
+    try:
+        _check_private(dir_fd, "the entry directory")
+        if MANIFEST not in os.listdir(dir_fd):
+            raise ManifestError("no manifest (an entry of an earlier format)")
+        manifest = orjson.loads(_read_private(dir_fd, MANIFEST))
+        items = _decode_entry(manifest, cls, dir_fd)
+        cache_limits.mark_used(entry / MANIFEST)
         return items
-    except Exception:  # noqa: BLE001 - any damage (truncation, bad pickle, wrong schema) is a miss
+    except UnsafeEntry as exc:
+        if note is not None:
+            note(f"cache: ignoring {entry}: {exc}")
+        if exc.ours:
+            shutil.rmtree(entry, ignore_errors=True)
+        return None
+    except Exception:  # noqa: BLE001 - any damage (truncation, bad JSON, wrong schema) is a miss
         shutil.rmtree(entry, ignore_errors=True)
         return None
+    finally:
+        os.close(dir_fd)
+
+
+def _check_private(fd: int, what: str) -> os.stat_result:
+    """The status of ``fd``; UnsafeEntry unless the current user owns it and no one else may
+    write it."""
+    st = os.fstat(fd)
+    uid = os.geteuid()
+    if st.st_uid != uid:
+        raise UnsafeEntry(f"{what} belongs to user {st.st_uid}, not to you ({uid})", ours=False)
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        mode = stat.filemode(st.st_mode)
+        raise UnsafeEntry(f"other users may write {what} ({mode})", ours=True)
+    return st
+
+
+def _open_private(dir_fd: int, name: str) -> int:
+    """A descriptor of the regular file ``name`` of the entry, checked private (no symlinks)."""
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    try:
+        if not stat.S_ISREG(_check_private(fd, name).st_mode):
+            raise ManifestError(f"{name} is not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_private(dir_fd: int, name: str) -> bytes:
+    fd = _open_private(dir_fd, name)
+    try:
+        size = os.fstat(fd).st_size
+        if size > _MAX_MANIFEST_BYTES:
+            raise ManifestError(f"{name} of {size} bytes")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
+def _decode_entry(manifest: object, cls: type, dir_fd: int) -> list:
+    """The items of a decoded manifest, their frames read and every one checked."""
+    if type(manifest) is not dict or set(manifest) != {"format", "class", "items"}:
+        raise ManifestError("not a manifest of this version")
+    if manifest["format"] != CACHE_FORMAT or manifest["class"] != cls.__name__:
+        raise ManifestError("not an entry of this kind")
+    if type(manifest["items"]) is not list:
+        raise ManifestError("items that are not a list")
+    schema = OBJECTS[cls.__name__]
+    frames = _frame_fields(cls)
+    items = []
+    for i, item in enumerate(manifest["items"]):
+        if type(item) is not dict or set(item) != {"objects", "frames"}:
+            raise ManifestError("an item without its objects and frames")
+        objects, specs = item["objects"], item["frames"]
+        if type(objects) is not dict or set(objects) != set(schema):
+            raise ManifestError("objects of other fields than this version writes")
+        if type(specs) is not dict or set(specs) != frames:
+            raise ManifestError("frames of other fields than this version writes")
+        values = {name: decode_typed(sub, objects[name]) for name, sub in schema.items()}
+        for name in sorted(frames):
+            fd = _open_private(dir_fd, f"{i}-{name}.arrow")
+            try:
+                values[name] = read_frame(fd, specs[name])
+            finally:
+                os.close(fd)
+        built = cls(**values)
+        check_item(built)
+        items.append(built)
+    return items
+
+
+@functools.cache
+def _frame_fields(cls: type) -> frozenset[str]:
+    """The DataFrame fields of a cached class (every field its manifest schema does not hold)."""
+    return frozenset(f.name for f in dataclasses.fields(cls)) - set(OBJECTS[cls.__name__])
+
+
+# ---- writing an entry -----------------------------------------------------------------------
 
 
 def _store(key: str, items: list, root: Path | None, prune: bool = False) -> bool:
-    """Each item is a dataclass: its DataFrame fields go to Arrow files, the rest is pickled."""
+    """Each item is a dataclass: its DataFrame fields go to Arrow files, the rest to the JSON
+    manifest under :data:`~tracediag.loading.cache_manifest.OBJECTS`' schema."""
     root = root or cache_root()
     tmp = None
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
-        manifest = {
-            "format": CACHE_FORMAT,
-            "class": type(items[0]).__name__ if items else "",
-            "items": [],
-        }
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        cls = type(items[0]) if items else RankPart
+        if cls not in _CLASSES.values() or any(type(item) is not cls for item in items):
+            raise TypeError("only RankPart lists and traces are cached")
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))  # 0700
+        schema = OBJECTS[cls.__name__]
+        manifest = {"format": CACHE_FORMAT, "class": cls.__name__, "items": []}
         for i, item in enumerate(items):
-            values = {f.name: getattr(item, f.name) for f in dataclasses.fields(item)}
+            # What a load would refuse is not written: it would be a miss at every reopen.
+            check_item(item)
             manifest["items"].append(
                 {
-                    "objects": {k: v for k, v in values.items() if not isinstance(v, pd.DataFrame)},
+                    "objects": {
+                        k: encode_typed(sub, getattr(item, k)) for k, sub in schema.items()
+                    },
                     "frames": {
-                        k: _write_frame(v, tmp / f"{i}-{k}.arrow")
-                        for k, v in values.items()
-                        if isinstance(v, pd.DataFrame)
+                        k: write_frame(getattr(item, k), str(tmp / f"{i}-{k}.arrow"))
+                        for k in sorted(_frame_fields(cls))
                     },
                 }
             )
-        with open(tmp / _MANIFEST, "wb") as f:
-            pickle.dump(manifest, f, protocol=pickle.HIGHEST_PROTOCOL)
+        fd = os.open(tmp / MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(orjson.dumps(manifest))
         try:
             os.rename(tmp, root / key)
         except OSError:  # another process stored the same entry first: keep theirs
             shutil.rmtree(tmp, ignore_errors=True)
         if prune:
-            cache_limits.prune(root, keep=key, manifest_name=_MANIFEST)
+            cache_limits.prune(root, keep=key, manifest_name=MANIFEST, legacy=LEGACY_MANIFESTS)
         return True
-    except Exception:  # noqa: BLE001 - a full disk or an unencodable column only costs the cache
+    except Exception:  # noqa: BLE001 - a full disk or an uncacheable column only costs the cache
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
         return False
-
-
-# ---- frames <-> Arrow ---------------------------------------------------------------------
-# Each column is stored by what restores it exactly: categoricals as their integer codes with
-# the CategoricalDtype (categories' own dtype and order) in the manifest; numpy numeric and bool
-# columns as is; object columns of str as Arrow strings; pandas extension columns (the ``str``
-# dtype) through Arrow with their dtype recorded. Anything else (objects that are not all str)
-# is pickled into the manifest: rare, small, and exact.
-
-
-def _write_frame(df: pd.DataFrame, path: Path) -> dict:
-    arrays, columns = [], []
-    for _, col in df.items():
-        dtype = col.dtype
-        if isinstance(dtype, pd.CategoricalDtype):
-            kind, arr = "cat", pa.array(col.cat.codes.to_numpy())
-        elif isinstance(dtype, np.dtype) and dtype.kind in "biuf":
-            kind, arr = "num", pa.array(col.to_numpy())
-        elif pd.api.types.is_object_dtype(dtype) and pd.api.types.infer_dtype(
-            col, skipna=False
-        ) in ("string", "empty"):
-            kind, arr = "str", pa.array(col.to_numpy(), type=pa.large_string())
-        elif isinstance(dtype, pd.StringDtype):
-            kind, arr = "ext", pa.array(col)
-        else:
-            columns.append(("pickled", col.array))  # keeps extension dtypes (Int64)
-            continue
-        columns.append((kind, dtype))
-        arrays.append(arr)
-    # Positional Arrow names: pandas allows duplicate and non-str column labels.
-    table = pa.Table.from_arrays(arrays, names=[f"c{j}" for j in range(len(arrays))])
-    with ipc.new_file(str(path), table.schema, options=_WRITE_OPTIONS) as writer:
-        writer.write_table(table)
-    plain = pd.RangeIndex(len(df))
-    index = None if df.index.equals(plain) and type(df.index) is pd.RangeIndex else df.index
-    return {
-        "rows": len(df),
-        "labels": df.columns,
-        "columns": columns,
-        "index": index,
-        "attrs": dict(df.attrs),
-    }
-
-
-def _read_frame(path: Path, spec: dict) -> pd.DataFrame:
-    with pa.memory_map(str(path), "r") as source:
-        table = ipc.open_file(source).read_all()
-        if table.num_columns and table.num_rows != spec["rows"]:
-            raise ValueError(f"{path.name}: {table.num_rows} rows, manifest says {spec['rows']}")
-        stored = iter(table.columns)
-        data = []
-        for kind, payload in spec["columns"]:
-            if kind == "pickled":
-                data.append(payload)
-                continue
-            col = next(stored)
-            if kind == "cat":
-                # Copies off the memory map: the caller owns (and may write) its arrays.
-                codes = col.to_numpy().copy()
-                data.append(pd.Categorical.from_codes(codes, dtype=payload, validate=False))
-            elif kind == "num":
-                data.append(col.to_numpy().astype(payload, copy=True))
-            elif kind == "str":
-                data.append(col.to_numpy(zero_copy_only=False).astype(object, copy=False))
-            else:
-                data.append(col.to_pandas().astype(payload).array)
-    index = spec["index"] if spec["index"] is not None else pd.RangeIndex(spec["rows"])
-    # Series with explicit dtypes: the frame constructor alone would turn object str into str.
-    columns = {
-        j: pd.Series(values, index=index, dtype=values.dtype, copy=False)
-        for j, values in enumerate(data)
-    }
-    frame = pd.DataFrame(columns, index=index, copy=False)
-    frame.columns = spec["labels"]
-    frame.attrs = spec["attrs"]
-    return frame

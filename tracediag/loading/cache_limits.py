@@ -6,7 +6,9 @@ written) the cache directory is measured and, while it holds more than
 ``$TRACEDIAG_CACHE_MAX_GB`` (default :data:`DEFAULT_MAX_GB`), the entries used longest ago are
 removed (the one just written never). An entry counts as used
 when it is written or read back (:func:`mark_used` sets its manifest's modification time).
-Temporary directories that crashed writers left behind are removed once an hour old.
+Temporary directories that crashed writers left behind are removed once an hour old, and
+entries of an earlier format (a legacy manifest, such as the pickled ``manifest.pkl``, instead of
+the current one) at once: they are never read again.
 """
 
 from __future__ import annotations
@@ -38,9 +40,10 @@ def mark_used(manifest: Path) -> None:
         os.utime(manifest)
 
 
-def prune(root: Path, keep: str, manifest_name: str) -> int:
+def prune(root: Path, keep: str, manifest_name: str, legacy: tuple[str, ...] = ()) -> int:
     """Remove the least recently used entries of the cache at ``root`` (never ``keep``) until it
-    is within :func:`max_bytes`, and old orphaned temporary directories; the bytes freed."""
+    is within :func:`max_bytes`, old orphaned temporary directories, and entries that hold one
+    of the ``legacy`` manifests but not ``manifest_name``; the bytes freed."""
     limit = max_bytes()
     entries, freed, now = [], 0, time.time()
     try:
@@ -55,6 +58,10 @@ def prune(root: Path, keep: str, manifest_name: str) -> int:
             if now - _mtime(Path(child.path)) > _ORPHAN_AGE_S:
                 shutil.rmtree(child.path, ignore_errors=True)
                 freed += size
+            continue
+        if legacy and _is_legacy(Path(child.path), manifest_name, legacy):
+            shutil.rmtree(child.path, ignore_errors=True)
+            freed += size
             continue
         entries.append((_mtime(Path(child.path) / manifest_name), child.name, size))
     total = sum(size for _, _, size in entries)
@@ -85,3 +92,11 @@ def _mtime(path: Path) -> float:
         return path.stat().st_mtime
     except OSError:
         return 0.0  # no manifest: a damaged entry, the first to go
+
+
+def _is_legacy(entry: Path, manifest_name: str, legacy: tuple[str, ...]) -> bool:
+    try:
+        names = set(os.listdir(entry))
+    except OSError:
+        return False
+    return manifest_name not in names and any(name in names for name in legacy)
