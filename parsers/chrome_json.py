@@ -4,7 +4,8 @@ One file is one rank. The pipeline: :mod:`chrome_decode` (bytes -> metadata + ev
 ns times), :mod:`chrome_events` (columns, B/E pairing, flows), :func:`builder.sanitize_events`
 (unusable times dropped and counted), :mod:`kineto` (kinds, tracks, launches, ops, steps),
 :mod:`kineto_layers` (layers from ``record_function`` and module ranges), :mod:`kineto_sync`
-(waits) and :mod:`kineto_collectives` (collective rows).
+(waits) and :mod:`kineto_collectives` (collective rows); a trace without GPU events is read by
+:mod:`kineto_host` (CPU ops as work, gloo/c10d collectives).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from tracediag.io.release_memory import release_free_memory
 from tracediag.model import schema as S
 from tracediag.model.assembly import RankPart, sanitize_events
 from tracediag.model.errors import TraceInputError
-from tracediag.parsers import kineto, kineto_layers
+from tracediag.parsers import kineto, kineto_host, kineto_layers
 from tracediag.parsers.chrome_decode import paused_gc
 from tracediag.parsers.chrome_events import flow_edges, tabulate
 from tracediag.parsers.chrome_stream import read_columns
@@ -79,17 +80,31 @@ def _read(path: Path) -> RankPart:
     if not len(slices):
         raise TraceInputError(path, "trace has no timed events (only metadata, counters or flows)")
     rows = kineto.describe(slices, args)
-    kind = kineto.event_kinds(rows)
+    for cat, n in rows.unread.items():  # nothing is dropped silently: named in TRC501
+        meta.count(f"events of unknown category {cat!r} off a device process: kept as markers", n)
+    host_only = kineto_host.is_host_only(rows)
+    kind = kineto_host.host_kinds(rows) if host_only else kineto.event_kinds(rows)
     launches, launcher = kineto.launch_edges(rows)
     op_row = kineto.launching_ops(rows, launcher)
     step = kineto.steps(rows, launcher)
     layer = kineto_layers.layers(rows, launcher, op_row)
+    if host_only:  # CPU ops are the work; gloo/c10d ranges the collectives (kineto_host)
+        if meta.info.get("host_name"):  # processes of one host share its clock (epoch ns)
+            meta.info["clock_domain"] = f"host {meta.info['host_name']}"
+        collectives, host_edges = kineto_host.host_collectives(rows, kind, meta.info, meta)
+    else:
+        collectives, host_edges = collective_rows(rows, kind, launcher), None
     edges = pd.concat(
-        [launches, sync_edges(rows, kind), _flow_edges(table, slices, rows, launches, meta)],
+        [
+            launches,
+            sync_edges(rows, kind),
+            _flow_edges(table, slices, rows, launches, meta),
+            *([host_edges] if host_edges is not None else []),
+        ],
         ignore_index=True,
     )
     events = _events_frame(slices, rows, kind, op_row, step, layer, table.thread_names)
-    part = RankPart(meta=meta, events=events, edges=edges, collectives=collective_rows(rows, kind))
+    part = RankPart(meta=meta, events=events, edges=edges, collectives=collectives)
     del table, slices, rows, args
     release_free_memory()  # the reader's temporaries, before the job is assembled from the part
     return part
@@ -108,6 +123,8 @@ def _rank_and_info(meta: S.RankMeta, info: dict, path: Path) -> None:
     for key in _INFO_KEYS:
         if key in info:
             meta.info[key] = info[key]
+    if isinstance(info.get("host_name"), str) and info["host_name"]:
+        meta.info["host_name"] = info["host_name"]
     for key in ("world_size", "backend", "pg_config"):  # pg_config: process groups (layout.py)
         if key in dist:
             meta.info[key] = dist[key]

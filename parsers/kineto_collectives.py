@@ -2,7 +2,9 @@
 
 Collective metadata (``Collective name``, message sizes, ``dtype``, ``Process Group Name``/``Ranks``,
 ``Seq``) comes from the kernel's args, else from the CPU op with the same ``External id`` that
-carries it (``record_param_comms``). The match key is ``"{process group}|{Seq}"`` when Kineto
+carries it (``record_param_comms``). A generic kernel (NCCL's ``ncclKernel_SendRecv_*`` runs most
+collectives since 2.12) takes its operation from the CPU-side collective range enclosing its launch
+(``nccl:all_to_all``). The match key is ``"{process group}|{Seq}"`` when Kineto
 gives ``Seq``; otherwise ``"{group}|{op}|{ordinal}"`` with the ordinal of the kernel among this
 rank's kernels of that (group, op) in time order, which assumes every rank of the group runs the
 same sequence of collectives.
@@ -17,6 +19,7 @@ import pandas as pd
 
 from tracediag.model import schema as S
 from tracediag.parsers.chrome_columns import COLLECTIVE_ARGS
+from tracediag.parsers.chrome_nesting import SliceNesting
 from tracediag.parsers.kineto import KIND, Rows
 
 #: Normalised operation names, tried in order on the lower-cased letters of a name.
@@ -32,6 +35,8 @@ _OPS = (
     ("send", "Send"),
     ("recv", "Recv"),
 )
+#: The normalised operation names.
+OP_NAMES = tuple(norm for _, norm in _OPS)
 _KERNEL_OP = re.compile(r"kernel_([A-Za-z]+)", re.IGNORECASE)
 _ALGORITHM = re.compile(
     r"_(RING|TREE|COLLNET_DIRECT|COLLNET_CHAIN|COLLNET|NVLS_TREE|NVLS|PAT)(?=_|\(|$)"
@@ -59,14 +64,26 @@ _DTYPE_BYTES = {
 }
 
 
-def collective_rows(rows: Rows, kind: np.ndarray) -> pd.DataFrame:
-    """The collectives table of one rank (canonical columns less ``coll_key`` and ``rank``)."""
+def collective_rows(
+    rows: Rows, kind: np.ndarray, launcher: np.ndarray | None = None
+) -> pd.DataFrame:
+    """The collectives table of one rank (canonical columns less ``coll_key`` and ``rank``).
+
+    ``launcher`` (per row, the runtime call that launched it, -1; :func:`kineto.launch_edges`)
+    lets a generic kernel take its operation from the CPU-side collective that launched it."""
     coll = np.flatnonzero(kind == KIND["collective"])
     coll = coll[np.argsort(rows.ts[coll], kind="stable")]
     fields = _metadata(rows, coll)
     names = rows.name_of(coll).astype(str)
     op = _map_unique(fields["Collective name"], _op_from_text)
     from_kernel = _map_unique(names, _op_from_kernel)
+    # NCCL >= 2.12 launches most collectives through one generic kernel named after SendRecv
+    # (``ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t``): the kernel name says nothing then, the
+    # CPU-side range that launched it (``nccl:all_to_all``, ``record_param_comms``) does.
+    generic = np.isin(from_kernel, ("SendRecv", "Unknown"))
+    if launcher is not None and generic.any():
+        from_cpu = _launching_collective(rows, coll, launcher)
+        from_kernel = np.where(generic & (from_cpu != ""), from_cpu, from_kernel)
     op = np.where(op == "", from_kernel, op)
     group = _map_unique(fields["Process Group Ranks"], _canonical_group)
     pg = fields["Process Group Name"]
@@ -126,6 +143,41 @@ def _metadata(rows: Rows, coll: np.ndarray) -> dict[str, np.ndarray]:
     return fields
 
 
+#: CPU-side ranges that name the collective they run: ``nccl:all_to_all``, ``c10d::allreduce_``,
+#: ``gloo:broadcast`` (PyTorch's record_function names for ProcessGroup calls).
+_CPU_COLLECTIVE = re.compile(
+    r"^(?:nccl|rccl|gloo|c10d|mpi|ucc)\s*(?::{1,2}|_)\s*(\w+)", re.IGNORECASE
+)
+
+
+def _launching_collective(rows: Rows, coll: np.ndarray, launcher: np.ndarray) -> np.ndarray:
+    """Per collective kernel, the operation of the innermost CPU-side collective range (by name,
+    or ``record_param_comms`` by its ``Collective name``) enclosing its launch call; "" where
+    none does."""
+    out = np.full(len(coll), "", dtype=object)
+    call = launcher[coll]
+    cpu = rows.where("cpu_op", "annotation", gpu=False)
+    by_name = rows.matches(_CPU_COLLECTIVE, cpu)
+    carriers = np.intersect1d(cpu, _rows_with(rows, "Collective name"))
+    ranges = np.union1d(cpu[by_name], carriers)
+    if not len(ranges) or not (call >= 0).any():
+        return out
+    op = _map_unique(rows.args.value("Collective name", ranges), _op_from_text)
+    by_range_name = _map_unique(rows.name_of(ranges), _op_from_range_name)
+    op = np.where(op == "", by_range_name, op)
+    op = np.where(np.isin(op, OP_NAMES), op, "")
+    nesting = SliceNesting(rows.thread[ranges], rows.ts[ranges], rows.end[ranges])
+    launched = np.flatnonzero(call >= 0)
+    inner = nesting.innermost(rows.thread[call[launched]], rows.ts[call[launched]])
+    out[launched] = np.where(inner >= 0, op[np.maximum(inner, 0)], "")
+    return out
+
+
+def _op_from_range_name(name: str) -> str:
+    m = _CPU_COLLECTIVE.match(name)
+    return _op_from_text(m.group(1)) if m else ""
+
+
 def _rows_with(rows: Rows, key: str) -> np.ndarray:
     """The rows (sorted) whose args give ``key``: from the few positions that give it, not a
     lookup per row."""
@@ -163,6 +215,12 @@ def _ordinal(group: np.ndarray, op: np.ndarray) -> np.ndarray:
 def _op_from_text(value: str) -> str:
     letters = re.sub(r"[^a-z]", "", value.lower())
     return next((norm for key, norm in _OPS if key in letters), value)
+
+
+def op_from_text(value: str) -> str:
+    """The normalised operation a name or ``Collective name`` value gives ("all_reduce",
+    "allgather_" -> "AllReduce", "AllGather"); the value itself when it names none."""
+    return _op_from_text(value)
 
 
 def _op_from_kernel(name: str) -> str:

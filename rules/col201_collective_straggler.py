@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tracediag.analysis.arrival_skew import lateness
 from tracediag.analysis.peers import peer_track_names
 from tracediag.engine.rule import Rule, severity_by_saving
 from tracediag.graph.dependencies import ARRIVAL
@@ -15,7 +14,7 @@ from tracediag.graph.replay import WhatIf
 from tracediag.model import schema as S
 from tracediag.model.findings import Severity
 from tracediag.model.units import fmt_ns
-from tracediag.whatif.peer_pace import peer_pace_change
+from tracediag.whatif.straggler_pace import peer_pace_change
 
 
 class CollectiveStraggler(Rule):
@@ -28,11 +27,16 @@ class CollectiveStraggler(Rule):
         "min_impact_pct": 0.5,
         "warn_saving_pct": 1.0,
         "error_saving_pct": 10.0,
+        # Last in fewer than this share of any operation's instances: the lateness moves between
+        # ranks (scheduling noise on shared cores), no one rank holds the job: info at most.
+        "min_last_share": 0.5,
     }
     doc = {
         "what it finds": "Ranks that arrive at collective operations after the other participants, "
-        "measured on arrivals (the trigger of a Neuron collective, the start of an NCCL kernel) "
-        "after clock alignment, against the median arrival of the *other* participants.",
+        "measured on arrivals (the trigger of a Neuron collective, the start of an NCCL kernel or "
+        "of a gloo range) after clock alignment, against the median arrival of the *other* "
+        "participants. A rank last at fewer than `min_last_share` of any operation's instances is "
+        "reported as info at most: when the last place moves between ranks, it is noise.",
         "why it matters": "A synchronous collective cannot finish before its last participant "
         "arrives: every other rank idles for the straggler, so one slow rank sets the pace of the "
         "whole job. The critical path shows it as `collective_skew`.",
@@ -46,7 +50,7 @@ class CollectiveStraggler(Rule):
     }
 
     def check(self, ctx, opts):
-        late = lateness(ctx.trace.collectives)
+        late = ctx.lateness
         # A stage waiting at a Recv is the pipeline's bubble: PIP601/PIP602 report those.
         late = late[late["synchronous"]]
         if not len(late):
@@ -54,22 +58,19 @@ class CollectiveStraggler(Rule):
         seg = ctx.path.segments
         skew = seg[seg["category"] == "collective_skew"]
         graph = ctx.graph
-        arrival_nodes = np.flatnonzero(graph.role == ARRIVAL)
-        node_of = dict(
-            zip(graph.event[arrival_nodes].tolist(), arrival_nodes.tolist(), strict=True)
-        )
+        arrival_of = _arrival_nodes(graph, len(ctx.trace.events))
         for rank, rows in late.groupby(S.RANK):
             late_rows = rows[(rows["late_ns"] > opts["min_late_ns"])]
             last_rows = late_rows[late_rows["last"]]
+            # Today's cost: the path's waits for this rank. The saving below is priced by replay
+            # whether or not today's path runs through those waits.
             impact = int(skew.loc[skew["rank"] == rank, "dur_ns"].sum())
             if not len(last_rows):
                 continue
-            nodes = np.array([node_of.get(int(e), -1) for e in late_rows[S.EVENT]], dtype=np.int64)
+            nodes = arrival_of[late_rows[S.EVENT].to_numpy(dtype=np.int64)]
             ok = nodes >= 0
-            # Its work at the peers' pace, and whatever lateness that leaves cut from its arrivals
-            # (an arrival earlier than the others' cannot start the collective before them).
-            change = peer_pace_change(ctx, [int(rank)]) + WhatIf.gaps(
-                nodes[ok], graph.gap[nodes[ok]] - late_rows["late_ns"].to_numpy()[ok]
+            change = straggler_change(
+                ctx, int(rank), nodes[ok], late_rows["late_ns"].to_numpy(dtype=np.int64)[ok]
             )
             saving = ctx.what_if(change)
             if (
@@ -88,15 +89,24 @@ class CollectiveStraggler(Rule):
                 cause = f" Its {engines.index[0]} work runs {fmt_ns(engines.iloc[0])} longer than the median rank's"
                 cause += f", most in {', '.join(layers)}." if layers else "."
             first_wait = int((last_rows[S.ARRIVAL] - last_rows["late_ns"]).min())
+            share = _last_share(rows)
+            severity = severity_by_saving(ctx.pct(saving), opts, self.severity)
+            rotating = ""
+            if share < opts["min_last_share"]:
+                severity = min(severity, Severity.INFO)
+                rotating = (
+                    f" It is last at no more than {share:.0%} of any operation's instances: the "
+                    "lateness moves between ranks (noise), no single rank holds the job up."
+                )
             yield ctx.finding(
                 self,
-                severity=severity_by_saving(ctx.pct(saving), opts, self.severity),
+                severity=severity,
                 message=(
                     f"Rank {rank} arrives last at {len(last_rows)} of {n_inst} collectives "
                     f"({', '.join(f'{n} {op}' for op, n in ops.items())}), on average {fmt_ns(mean_late)} "
-                    f"after the median of the other participants; the others wait "
-                    f"{fmt_ns(impact)} on the critical path ({ctx.pct(impact)}% of the step). "
+                    f"after the median of the other participants; {_path_wait(ctx, impact)} "
                     f"Arriving with the median rank, the step would be {fmt_ns(saving)} shorter.{cause}"
+                    f"{rotating}"
                 ),
                 ranks=(int(rank),),
                 # The cause, not the symptom: the engine and layers where it is slower than its
@@ -111,6 +121,7 @@ class CollectiveStraggler(Rule):
                 end_ns=int(last_rows[S.ARRIVAL].max()),
                 impact_ns=impact,
                 saving_ns=int(saving),
+                change=change,
                 suggestion="Find what delays this rank before the collectives (see its engines on the path) and even it out.",
                 evidence={
                     "late_instances": len(last_rows),
@@ -128,10 +139,53 @@ class CollectiveStraggler(Rule):
                             strict=True,
                         )
                     ],
+                    "last_share": round(share, 4),
                     "excess_over_peers_by_engine_ns": {str(k): int(v) for k, v in engines.items()},
                     "slowest_layers": layers,
                 },
             )
+
+
+def straggler_change(ctx, rank: int, nodes: np.ndarray, late_ns: np.ndarray) -> WhatIf:
+    """The change COL201 prices: ``rank``'s work at its peers' pace (straggler_pace), and its
+    arrival ``nodes`` moved up by their lateness ``late_ns`` where a gap before them is left.
+
+    An arrival's gap is cut to ``gap - late`` but never below 0: an arrival cannot come before
+    the work it follows ends. (Cutting by the whole lateness on top of the pace change, which
+    already moves that work up, once gave gaps of -70 ms: arrivals, and so the step's start,
+    before the first event.) Where the pace change already sets a smaller gap, that one stays.
+    """
+    gap = ctx.graph.gap
+    pace = peer_pace_change(ctx, [rank])
+    new_gap = gap.copy()
+    if pace.gap_nodes is not None and len(pace.gap_nodes):
+        new_gap[pace.gap_nodes] = pace.gap_values
+    new_gap[nodes] = np.minimum(new_gap[nodes], np.maximum(gap[nodes] - late_ns, 0))
+    changed = np.flatnonzero(new_gap != gap)
+    return WhatIf(pace.dur_nodes, pace.dur_values, changed, new_gap[changed])
+
+
+def _arrival_nodes(graph, n_events: int) -> np.ndarray:
+    """Per event id: the node of its arrival at a collective (-1 for other events)."""
+    arrivals = np.flatnonzero(graph.role == ARRIVAL)
+    events = graph.event[arrivals]
+    table = np.full(max(n_events, int(events.max(initial=-1)) + 1), -1, dtype=np.int64)
+    table[events] = arrivals
+    return table
+
+
+def _path_wait(ctx, impact: int) -> str:
+    """Today's cost of the waits on the critical path, or that the path does not run through
+    them (the replay's saving then comes from the rank's pace alone)."""
+    if impact:
+        return f"the others wait {fmt_ns(impact)} on the critical path ({ctx.pct(impact)}% of the step)."
+    return "today's critical path does not run through the others' waits for it."
+
+
+def _last_share(rows: pd.DataFrame) -> float:
+    """The largest share, over operations, of a rank's instances of it where it came last."""
+    per_op = rows.groupby(rows[S.COLL_OP].astype(str))
+    return float((per_op["last"].sum() / per_op[S.COLL_KEY].nunique()).max())
 
 
 @dataclass

@@ -92,14 +92,17 @@ def test_timeline_repairs_are_counted(records, tmp_path):
 def test_collectives_that_do_not_match_across_ranks(records, tmp_path):
     """Rank 2 missed instance 2 and numbers the rest on from 2: its rows 2 and 3 pair with
     the wrong instances. Its clock offset comes out half an instance off, so all its 4 rows end
-    far from the others': they are split off and counted, not trusted."""
+    far from the others'. The two that land half an instance early still overlap every other
+    participant's [arrival, end] (a busy host's completion jitter looks the same: the real
+    gloo traces finish one all-reduce up to 14 ms apart); the two that land late arrive after
+    the others ended: they are split off and counted, and TRC501 says so."""
     recs = [copy.deepcopy(r) for r in records if not (r["rank"] == 2 and r["seq"] == 2)]
     for r in recs:
         if r["rank"] == 2 and r["seq"] > 2:
             r["seq"] -= 1
     outcome = run_report([_write(tmp_path / "t.jsonl", recs)], tmp_path)
     assert outcome.code == 0
-    assert outcome.repairs() == {UNMATCHED: 4}
+    assert outcome.repairs() == {UNMATCHED: 2}
     assert "TRC501" in {f["code"] for f in outcome.report["findings"]}
 
 

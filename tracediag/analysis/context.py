@@ -6,23 +6,25 @@ Built once per diagnosis by :func:`analyse`; rules never recompute any of it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 import pandas as pd
 
 from tracediag.analysis import hardware as hw
+from tracediag.analysis.arrival_skew import lateness
+from tracediag.analysis.dma import dma_frame
 from tracediag.analysis.parallel_layout import Layout, infer_layout
-from tracediag.analysis.peers import dma_frame, event_ordinals, excess_over_peers
+from tracediag.analysis.peers import event_ordinals, excess_over_peers, peer_gap_medians
+from tracediag.analysis.step_windows import typical_steps, widen_host_window
 from tracediag.analysis.temporal_breakdown import temporal_breakdown
 from tracediag.graph.critical_path import CriticalPath, node_categories, texts_by_code, walk
 from tracediag.graph.dependencies import Graph, build_graph
-from tracediag.graph.inferred_edges import wait_edges
-from tracediag.graph.replay import WhatIf, replay
+from tracediag.graph.inferred_edges import infer_edges
+from tracediag.graph.replay import WhatIf, joint, replay
 from tracediag.model import schema as S
 from tracediag.model.findings import Finding, Severity
-from tracediag.whatif.peer_pace import peer_gap_medians
 
 
 @dataclass
@@ -36,8 +38,13 @@ class Analysis:
     gap_category: np.ndarray
     breakdown: pd.DataFrame  # per rank: compute/communication/memory/idle ns and pct
     hardware: dict[int, hw.Hardware | None]
-    step_ns: dict[int, int]  # per rank: first start to last end of its graph events
-    inferred: pd.DataFrame | None = None  # dependencies inferred from semaphore waits (infer.py)
+    step_ns: dict[int, int]  # per rank: its typical step (step_windows.typical_steps)
+    inferred: pd.DataFrame | None = None  # inferred dependencies + evidence (inferred_edges.py)
+    window_ns: dict[int, int] | None = None  # per rank: first start to last end of its window
+    steps: dict[int, int] | None = None  # per rank: steps in its window (1 without step numbers)
+    # The change behind each finding's saving, by change_key(finding): what ``finding(...,
+    # change=)`` was given. The report replays them all at once (joint_saving).
+    changes: dict[tuple, WhatIf] = field(default_factory=dict)
 
     @cached_property
     def segments(self) -> pd.DataFrame:
@@ -45,6 +52,13 @@ class Analysis:
         track name). Built on first use: its text columns cost a string per segment, so rules
         that read only the path's own columns read ``path.segments``."""
         return _segments_with_events(self.path.segments, self.trace)
+
+    @cached_property
+    def lateness(self) -> pd.DataFrame:
+        """Per (collective instance, rank): arrival minus the other participants' median
+        arrival (``arrival_skew.lateness``). COL201, the TUI heatmap and the HTML report read
+        this one table, so they name the same late ranks."""
+        return lateness(self.trace.collectives)
 
     @cached_property
     def layout(self) -> Layout:
@@ -105,10 +119,27 @@ class Analysis:
         out[known] = table[events[known]]
         return out
 
-    def finding(self, rule, *, severity: Severity | None = None, **fields) -> Finding:
-        """A Finding of ``rule`` with ``impact_pct`` filled from ``impact_ns``."""
+    def joint_saving(self, findings) -> int | None:
+        """ns the window would be shorter with the changes of all ``findings`` made together, by
+        one replay (:func:`~tracediag.graph.replay.joint`); None when a finding with a saving
+        did not record its change (a third-party rule that passes no ``change=``)."""
+        changes = []
+        for f in findings:
+            change = self.changes.get(change_key(f))
+            if change is None:
+                if f.saving_ns > 0:
+                    return None
+                continue
+            changes.append(change)
+        return self.what_if(joint(changes)) if changes else 0
+
+    def finding(
+        self, rule, *, severity: Severity | None = None, change: WhatIf | None = None, **fields
+    ) -> Finding:
+        """A Finding of ``rule`` with ``impact_pct`` filled from ``impact_ns``; ``change`` is the
+        what-if its ``saving_ns`` was replayed with, kept for :meth:`joint_saving`."""
         impact = int(fields.pop("impact_ns", 0))
-        return Finding(
+        f = Finding(
             code=rule.code,
             severity=severity if severity is not None else rule.severity,
             title=fields.pop("title", rule.title),
@@ -116,9 +147,18 @@ class Analysis:
             impact_pct=self.pct(impact),
             **fields,
         )
+        if change is not None:
+            self.changes[change_key(f)] = change
+        return f
 
     def track_name(self, track: int) -> str:
         return str(self.trace.tracks[S.TRACK_NAME].iat[int(track)]) if track >= 0 else ""
+
+
+def change_key(f: Finding) -> tuple:
+    """What names a finding whatever its severity (configurations override that, making a new
+    Finding): its code, where and when."""
+    return (f.code, f.ranks, f.engine, f.track, f.layer, f.op, f.start_ns, f.end_ns, f.saving_ns)
 
 
 def _body_node_table(graph: Graph, n_events: int) -> np.ndarray:
@@ -189,14 +229,18 @@ def analyse(
     ``progress`` is called with each stage's label as it starts."""
     announce = progress or (lambda _stage: None)
     announce(GRAPH_STAGE)
-    inferred = wait_edges(trace)
+    inferred = infer_edges(trace)
     graph = build_graph(trace, inferred)
+    widen_host_window(trace, graph)
     own, gapc = node_categories(graph, trace)
     announce(PATH_STAGE)
     path = walk(graph, trace, (own, gapc))
     hardware = {
-        r: hw.resolve(m.hardware, m.format, hardware_overrides) for r, m in trace.meta.items()
+        r: hw.resolve(m.hardware, m.format, hardware_overrides, m.info)
+        for r, m in trace.meta.items()
     }
+    window_ns = step_times(graph)
+    step_ns, steps = typical_steps(trace, window_ns)
     return Analysis(
         trace=trace,
         graph=graph,
@@ -205,6 +249,8 @@ def analyse(
         gap_category=gapc,
         breakdown=temporal_breakdown(trace),
         hardware=hardware,
-        step_ns=step_times(graph),
+        step_ns=step_ns,
         inferred=inferred,
+        window_ns=window_ns,
+        steps=steps,
     )

@@ -5,7 +5,9 @@ synchronous collective instance ends at one true instant on every participant, s
 sharing instances the offset between their clocks is the median, over shared instances, of the
 difference of their end times (the median resists the few instances whose end is skewed).
 The lowest rank is the reference; ranks are solved outward from it through shared instances. Skew
-is then measured on *arrivals*, which alignment does not use.
+is then measured on *arrivals*, which alignment does not use. Ranks a reader puts in one clock
+domain (``meta.info['clock_domain']``: the processes of one host, on its system clock) need no
+estimate among themselves: they keep one offset.
 """
 
 from __future__ import annotations
@@ -14,14 +16,13 @@ import numpy as np
 import pandas as pd
 
 from tracediag.model import schema as S
-
-#: Point-to-point operations end at different instants on the two sides: not usable here.
-_NOT_SYNCHRONOUS = {"send", "recv", "sendrecv", "send_recv"}
+from tracediag.model.collective_ops import POINT_TO_POINT_OPS
 
 
 def _sync_instances(coll: pd.DataFrame) -> pd.DataFrame:
     ops = coll[S.COLL_OP].astype(str).str.lower()
-    usable = coll.loc[~ops.isin(_NOT_SYNCHRONOUS), [S.COLL_KEY, S.RANK, S.END]]
+    # point-to-point operations end at different instants on the two sides: not usable here
+    usable = coll.loc[~ops.isin(POINT_TO_POINT_OPS), [S.COLL_KEY, S.RANK, S.END]]
     # A rank recorded twice in one instance (duplicate rows): its first end speaks for it.
     usable = usable.drop_duplicates([S.COLL_KEY, S.RANK])
     counts = usable.groupby(S.COLL_KEY)[S.RANK].transform("nunique")
@@ -71,12 +72,47 @@ def estimate_offsets(
     return offsets, spread
 
 
+#: ``meta.info['clock']`` of a rank on the reference rank's own clock (one host's clock).
+SHARED = "shared host clock"
+
+
+def _shared_clocks(
+    meta: dict[int, S.RankMeta], ref: int, offsets: dict[int, int], spread: dict[int, float]
+) -> set[int]:
+    """Ranks that share one clock (the same ``meta.info['clock_domain']``, e.g. processes of one
+    host on its system clock) take one offset, in place: 0 with the reference rank, else the
+    median of their estimates (each estimate alone carries the completion jitter of its ends).
+    Returns the ranks found on the reference rank's clock this way."""
+    domains: dict[str, list[int]] = {}
+    for r, m in meta.items():
+        domain = m.info.get("clock_domain")
+        if isinstance(domain, str) and domain:
+            domains.setdefault(domain, []).append(r)
+    on_ref: set[int] = set()
+    for members in domains.values():
+        if len(members) < 2:
+            continue
+        if ref in members:
+            for r in members:
+                offsets[r], spread[r] = 0, 0.0
+            on_ref |= set(members) - {ref}
+            continue
+        known = [r for r in members if r in offsets]
+        if known:
+            common = int(np.median([offsets[r] for r in known]))
+            residual = float(np.median([spread[r] for r in known]))
+            for r in members:
+                offsets[r], spread[r] = common, residual
+    return on_ref
+
+
 def align_clocks(trace: S.Trace) -> S.Trace:
     """Shift every rank's times onto the reference rank's clock, in place, and record it in meta.
 
     ``meta.clock_offset_ns`` is the offset added; ``meta.info['clock']`` says how it was found:
     ``reference``, ``collectives`` (with ``clock_residual_ns``, the median absolute deviation of
-    the per-instance estimates) or ``unaligned`` (no shared synchronous collective).
+    the per-instance estimates), ``shared host clock`` (the reference rank's clock domain, as the
+    reader states it: no offset) or ``unaligned`` (no shared synchronous collective).
     """
     ranks = trace.ranks
     if len(ranks) < 2:
@@ -85,8 +121,13 @@ def align_clocks(trace: S.Trace) -> S.Trace:
         return trace
     offsets, spread = estimate_offsets(trace.collectives, ranks)
     ref = min(ranks)
+    shared = _shared_clocks(trace.meta, ref, offsets, spread)
     for r, m in trace.meta.items():
-        if r in offsets:
+        if r in shared:
+            m.clock_offset_ns = int(offsets[r])
+            m.info["clock"] = SHARED
+            m.info["clock_residual_ns"] = 0.0
+        elif r in offsets:
             m.clock_offset_ns = int(offsets[r])
             m.info["clock"] = "reference" if r == ref else "collectives"
             m.info["clock_residual_ns"] = spread.get(r, 0.0)

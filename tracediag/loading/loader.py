@@ -11,6 +11,7 @@ from tracediag.loading.system_join import join_system_profiles
 from tracediag.model import schema as S
 from tracediag.model.assembly import RankPart, assemble
 from tracediag.model.errors import TraceInputError
+from tracediag.model.wording import plural
 
 Progress = Callable[[str], None]
 
@@ -59,7 +60,11 @@ def discover(paths: Iterable[str | Path]) -> tuple[list[tuple[Path, object]], li
                 else:
                     found.append((child, child_reader))
             if not any(p.is_relative_to(path) for p, _ in found):
-                raise TraceInputError(path, "directory holds no trace this tool can read")
+                raise TraceInputError(
+                    path,
+                    "directory holds no trace this tool can read"
+                    + (f"; {skipped_text(children)}" if children else " (it is empty)"),
+                )
             continue
         raise TraceInputError(
             path,
@@ -67,6 +72,41 @@ def discover(paths: Iterable[str | Path]) -> tuple[list[tuple[Path, object]], li
             "Chrome/Kineto trace JSON, Perfetto, XPlane or a collective timeline)",
         )
     return found, skipped
+
+
+#: How many skipped names a message lists before "and N more".
+_MAX_NAMED = 5
+
+
+def _names(paths: list[Path]) -> str:
+    shown = ", ".join(p.name + ("/" if p.is_dir() else "") for p in paths[:_MAX_NAMED])
+    return shown + (f" and {len(paths) - _MAX_NAMED} more" if len(paths) > _MAX_NAMED else "")
+
+
+def skipped_text(paths: Iterable[str | Path]) -> str:
+    """What discovery did not read, and why, in one phrase: directories that hold traces of their
+    own (read one level down only: name such a directory to read it), other directories, and
+    files no reader accepts, each with up to five names."""
+    paths = [Path(p) for p in paths]
+    dirs = [p for p in paths if p.is_dir()]
+    traces = [
+        d for d in dirs if any(_reader_for(c) for c in d.iterdir() if not c.name.startswith("."))
+    ]
+    parts = []
+    if traces:
+        parts.append(
+            f"{plural(len(traces), 'directory', 'directories')} of traces ({_names(traces)}), read only when "
+            "named: a job is one directory"
+        )
+    others = [d for d in dirs if d not in traces]
+    if others:
+        parts.append(
+            f"{plural(len(others), 'directory', 'directories')} with no trace ({_names(others)})"
+        )
+    files = [p for p in paths if not p.is_dir()]
+    if files:
+        parts.append(f"{plural(len(files), 'file')} no reader accepts ({_names(files)})")
+    return "not read: " + "; ".join(parts)
 
 
 def _resolve_rank_collisions(parts: list[RankPart]) -> None:
@@ -169,11 +209,15 @@ def load(
     trace.skipped = [str(p) for p in skipped]
     if align:
         from tracediag.loading.clock_alignment import align_clocks
-        from tracediag.loading.collective_matching import split_mismatched
+        from tracediag.loading.collective_matching import (
+            separate_early_finishers,
+            split_mismatched,
+        )
 
         say("aligning clocks")
         align_clocks(trace)
         split_mismatched(trace)
+        separate_early_finishers(trace)
     return trace
 
 

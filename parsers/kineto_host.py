@@ -1,0 +1,239 @@
+"""Host-only Kineto traces (CPU training, the host side of a Trainium job): work and collectives.
+
+A trace without GPU events has nothing but CPU slices, so its work is on CPU threads:
+
+- The *leaf* ``cpu_op`` slices of each thread (ops enclosing no other op) are its work, kind
+  ``compute`` (``host`` for ``c10d::*`` launches): leaves never overlap, so a thread stays a
+  serial track, and an op's time is counted once. The ops enclosing them stay markers, and so do
+  the ops inside a collective's range on its thread (gloo's copies into an all_gather's outputs).
+- Collectives. torch's gloo backend writes each call twice (see tests/real_traces/reading.md):
+  the ``c10d::X`` launch on the calling thread, and a ``gloo:Y`` range on a ``pt_gloo_runloop``
+  thread from the start of the gloo work to its completion (its length includes the wait for late
+  peers). The gloo range is the collective (arrival = its start, end = its end); the k-th launch of
+  an operation pairs with the next gloo range of that operation starting after it. A launch that
+  pairs no gloo range is the collective itself. Gloo ranges starting before the rank's first
+  recorded launch belong to a step before the window and stay markers (their number in
+  ``meta.info["gloo_ranges_before_window"]``).
+- Instances match across ranks by their order within the process group and operation
+  (``"{group}|{op}|{ordinal}"``): gloo ranges carry no sequence number. The group is the default
+  process group of ``distributedInfo.pg_config`` (gloo ranges do not say which group they serve),
+  else the world.
+- Edges (kind ``launch``): the calling thread's last work ending at or before the gloo range's
+  start -> the range (the gloo work may start before the launch returns, so the launch itself is
+  not always its predecessor). Edges (kind ``sync``): the range -> the calling thread's first op
+  after its end, when that thread sat idle at the end and resumed within half of its idle time
+  (it was waiting for the collective: DDP's bucket wait, a synchronous call's return).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from tracediag.model import schema as S
+from tracediag.parsers.chrome_nesting import SliceNesting
+from tracediag.parsers.kineto import KIND, Rows
+from tracediag.parsers.kineto_collectives import OP_NAMES, op_from_text
+
+GLOO_RANGE = re.compile(r"^gloo:")
+C10D_OP = re.compile(r"^c10d::")
+#: The waiting thread resumed within this share of its idle time after the collective ended.
+RESUME_SHARE = 0.5
+
+
+def is_host_only(rows: Rows) -> bool:
+    """No GPU slice at all (kernels, copies, GPU-side records or annotations)."""
+    return not bool(rows.on_gpu.any())
+
+
+def host_kinds(rows: Rows) -> np.ndarray:
+    """Kinds of a host-only trace's slices (int8 codes into ``S.KINDS``), collectives excepted
+    (:func:`host_collectives` sets those): leaf ``cpu_op`` slices are compute, leaf ``c10d::``
+    launches host; everything else a marker."""
+    kind = np.full(len(rows.family), KIND["marker"], dtype=np.int8)
+    ops = rows.where("cpu_op", gpu=False)
+    leaves = ops[_leaves(rows, ops)]
+    kind[leaves] = np.where(rows.matches(C10D_OP, leaves), KIND["host"], KIND["compute"])
+    return kind
+
+
+def _leaves(rows: Rows, ops: np.ndarray) -> np.ndarray:
+    """Per op, whether it encloses no other op of its thread. Sorted by (thread, start, longer
+    first), a properly nested child comes right after its parent."""
+    if not len(ops):
+        return np.zeros(0, dtype=bool)
+    order = np.lexsort((rows.ts[ops] - rows.end[ops], rows.ts[ops], rows.thread[ops]))
+    o = ops[order]
+    parent = np.r_[
+        (rows.thread[o][1:] == rows.thread[o][:-1]) & (rows.ts[o][1:] < rows.end[o][:-1]), False
+    ]
+    leaf = np.empty(len(ops), dtype=bool)
+    leaf[order] = ~parent
+    return leaf
+
+
+def host_collectives(
+    rows: Rows, kind: np.ndarray, info: dict, meta: S.RankMeta
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The collectives table (canonical columns less ``coll_key`` and ``rank``) and the launch
+    and wait edges of a host-only trace; sets the collectives' ``kind`` in place."""
+    cpu = np.flatnonzero(~rows.on_gpu)
+    gloo = cpu[rows.matches(GLOO_RANGE, cpu)]
+    gloo = gloo[np.argsort(rows.ts[gloo], kind="stable")]
+    ops = rows.where("cpu_op", gpu=False)
+    launches = ops[rows.matches(C10D_OP, ops)]  # leaves or not (allgather_ encloses its ops)
+    launch_op = _ops(rows, launches)
+    launches, launch_op = launches[launch_op != ""], launch_op[launch_op != ""]
+    launches_sorted = np.argsort(rows.ts[launches], kind="stable")
+    launches, launch_op = launches[launches_sorted], launch_op[launches_sorted]
+    gloo_op = _ops(rows, gloo)
+    if len(launches):  # a range from before the first recorded launch: a step before the window
+        early = rows.ts[gloo] < rows.ts[launches[0]]
+        if early.any():  # a profiling window's normal edge, not a repair: noted, not counted
+            meta.info["gloo_ranges_before_window"] = int(early.sum())
+        gloo, gloo_op = gloo[~early], gloo_op[~early]
+    pair = _pair(rows, launches, launch_op, gloo, gloo_op)  # per launch: its gloo range, -1
+    unpaired = launches[pair < 0]
+    coll = np.concatenate([gloo, unpaired])
+    op = np.concatenate([gloo_op, launch_op[pair < 0]])
+    o = np.argsort(rows.ts[coll], kind="stable")
+    coll, op = coll[o], op[o]
+    kind[coll] = KIND["collective"]
+    _fold_into_collectives(rows, kind, coll)
+    group = _default_group(info)
+    ordinal = _ordinal_per_op(op)
+    key = np.char.add(
+        np.char.add(f"{group}|", op.astype(str)), np.char.add("|", ordinal.astype(str))
+    )
+    n = len(coll)
+    table = pd.DataFrame(
+        {
+            S.EVENT: coll.astype(np.int64),
+            S.MATCH_KEY: key.astype(object),
+            S.COLL_OP: op.astype(object),
+            S.GROUP: np.full(n, group, dtype=object),
+            S.SEQ: np.full(n, -1, dtype=np.int64),
+            S.BYTES: np.full(n, np.nan),
+            S.ARRIVAL: rows.ts[coll],
+            S.START: rows.ts[coll],
+            S.END: rows.end[coll],
+            S.ALGORITHM: np.full(n, "", dtype=object),
+            S.ALGBW: np.full(n, np.nan),
+            S.BUSBW: np.full(n, np.nan),
+            S.DTYPE: np.full(n, "", dtype=object),
+        }
+    )
+    paired = pair >= 0
+    edges = _edges(rows, kind, launches[paired], gloo[pair[paired]])
+    return table, edges
+
+
+def _fold_into_collectives(rows: Rows, kind: np.ndarray, coll: np.ndarray) -> None:
+    """Ops inside a collective's range on its thread (gloo's copies into the outputs of an
+    all_gather) are part of it: markers, in place, so that the thread stays serial."""
+    work = np.flatnonzero((kind == KIND["compute"]) | (kind == KIND["host"]))
+    if not len(work) or not len(coll):
+        return
+    nesting = SliceNesting(rows.thread[coll], rows.ts[coll], rows.end[coll])
+    inside = nesting.innermost(rows.thread[work], rows.ts[work]) >= 0
+    kind[work[inside]] = KIND["marker"]
+
+
+def _ops(rows: Rows, at: np.ndarray) -> np.ndarray:
+    """The normalised collective operation of each row's name ("" where it names none)."""
+    names = rows.name_of(at).astype(str)
+    uniq, inv = np.unique(names, return_inverse=True)
+    known = set(OP_NAMES)
+    per = np.array(
+        [(lambda op: op if op in known else "")(op_from_text(u.split(":")[-1])) for u in uniq]
+        or [""],
+        dtype=object,
+    )
+    return per[inv] if len(at) else np.zeros(0, dtype=object)
+
+
+def _pair(rows: Rows, launches, launch_op, gloo, gloo_op) -> np.ndarray:
+    """Per launch, the index into ``gloo`` of its range: per operation, the k-th launch takes the
+    first range starting at or after it that no earlier launch took (-1: none left)."""
+    pair = np.full(len(launches), -1, dtype=np.int64)
+    for op in np.unique(launch_op):  # a loop over the few operations, not events
+        mine = np.flatnonzero(launch_op == op)
+        theirs = np.flatnonzero(gloo_op == op)
+        if not len(theirs):
+            continue
+        first = np.searchsorted(rows.ts[gloo[theirs]], rows.ts[launches[mine]], side="left")
+        k = np.arange(len(mine))
+        j = np.maximum.accumulate(first - k) + k  # strictly increasing: each range taken once
+        ok = j < len(theirs)
+        pair[mine[ok]] = theirs[j[ok]]
+    return pair
+
+
+def _default_group(info: dict) -> str:
+    """The default process group's ranks ("0,1,2,3"), else the world's, else ""."""
+    groups = info.get("pg_config") if isinstance(info.get("pg_config"), list) else []
+    groups = [g for g in groups if isinstance(g, dict) and isinstance(g.get("ranks"), list)]
+    default = [
+        g for g in groups if g.get("pg_desc") == "default_pg" or str(g.get("pg_name")) == "0"
+    ]
+    chosen = default or sorted(groups, key=lambda g: -len(g["ranks"]))
+    if chosen:
+        try:
+            return ",".join(str(r) for r in sorted(int(r) for r in chosen[0]["ranks"]))
+        except (TypeError, ValueError):
+            pass
+    world = info.get("world_size")
+    if isinstance(world, int) and not isinstance(world, bool) and world > 0:
+        return ",".join(str(r) for r in range(world))
+    return ""
+
+
+def _ordinal_per_op(op: np.ndarray) -> np.ndarray:
+    """Per row (in time order), the number of earlier rows of its operation."""
+    codes = pd.factorize(op)[0]
+    return pd.Series(codes).groupby(codes).cumcount().to_numpy()
+
+
+def _edges(rows: Rows, kind: np.ndarray, launch: np.ndarray, coll: np.ndarray) -> pd.DataFrame:
+    """Launch edges (calling thread's last work before the range) and wait edges (the range ->
+    the calling thread's op that resumed after it); see the module docstring."""
+    work = np.flatnonzero((kind == KIND["compute"]) | (kind == KIND["host"]))
+    work = work[np.lexsort((rows.ts[work], rows.thread[work]))]
+    w_thread, w_ts, w_end = rows.thread[work], rows.ts[work], rows.end[work]
+    thread = rows.thread[launch]
+    # Searches in (thread, time) order: one sorted key per work row and per query.
+    span = int(max(rows.end.max(initial=0), 1)) + 1
+    base = int(rows.ts.min(initial=0))
+    key_ts = w_thread * span + (w_ts - base)
+    # Thread-major keys: a running maximum never carries one thread's end into the next.
+    key_end = np.maximum.accumulate(w_thread * span + (w_end - base)) if len(work) else key_ts
+    # Launch: the last work ending at or before the range's start (leaves end in start order).
+    q = thread * span + (rows.ts[coll] - base)
+    i = np.searchsorted(key_end, q, side="right") - 1
+    ok_l = (i >= 0) & (w_thread[np.maximum(i, 0)] == thread)
+    # Wait: the first work starting at or after the range's end, if the thread was idle then.
+    q_end = thread * span + (rows.end[coll] - base)
+    nxt = np.searchsorted(key_ts, q_end, side="left")
+    prev = nxt - 1
+    has_next = (nxt < len(work)) & (w_thread[np.minimum(nxt, len(work) - 1)] == thread)
+    has_prev = (prev >= 0) & (w_thread[np.maximum(prev, 0)] == thread)
+    nxt_c, prev_c = np.minimum(nxt, len(work) - 1), np.maximum(prev, 0)
+    idle_since = np.where(has_prev, w_end[prev_c], rows.ts[launch])
+    resume = w_ts[nxt_c] - rows.end[coll]
+    idle = w_ts[nxt_c] - idle_since
+    ok_w = has_next & (idle_since <= rows.end[coll]) & (resume <= RESUME_SHARE * idle)
+    src = np.concatenate([work[i[ok_l]], coll[ok_w]])
+    dst = np.concatenate([coll[ok_l], work[nxt_c[ok_w]]])
+    kinds = np.r_[
+        np.full(int(ok_l.sum()), S.EDGE_KINDS.index("launch")),
+        np.full(int(ok_w.sum()), S.EDGE_KINDS.index("sync")),
+    ]
+    return pd.DataFrame(
+        {
+            S.SRC: src.astype(np.int64),
+            S.DST: dst.astype(np.int64),
+            S.EDGE_KIND: pd.Categorical.from_codes(kinds.astype(np.int64), categories=S.EDGE_KINDS),
+        }
+    )

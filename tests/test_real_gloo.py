@@ -1,0 +1,148 @@
+"""Real host-only PyTorch traces (torch 2.13, CPU, gloo DDP on 4 ranks) against their truth.
+
+The traces and ``truth.json`` come from ``tests/real_traces/make_gloo_traces.py``: the truth is
+the script's own settings and clock readings (never this tool's numbers); what the traces hold
+is in ``tests/real_traces/reading.md``. Scenarios: ``clean``; ``straggler_sleep`` (rank 2 sleeps
+80 ms before forward each step); ``straggler_compute`` (rank 1 ~78 ms of extra matmuls);
+``alltoall`` (rank 3 sleeps 60 ms before a broadcast, then all_gather). The 4 processes shared
+2 busy cores, so compute times are noisy: step times are compared with the truth's own mean
+and savings within a factor of 2 of the measured counterfactual.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from tracediag.engine.diagnose import diagnose
+from tracediag.loading.loader import load
+from tracediag.model.findings import Severity
+
+DATA = Path(__file__).parent / "data" / "real_gloo"
+SCENARIOS = ("clean", "straggler_sleep", "straggler_compute", "alltoall")
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """Per scenario: (diagnosis, truth); each scenario read and diagnosed once."""
+    if not all((DATA / s / "truth.json").is_file() for s in SCENARIOS):
+        pytest.skip("real gloo traces not present (tests/data/real_gloo)")
+    out = {}
+    for s in SCENARIOS:
+        truth = json.loads((DATA / s / "truth.json").read_text())
+        out[s] = (diagnose(load([DATA / s], cache=False)), truth)
+    return out
+
+
+def _col201(d, at_least=Severity.WARNING):
+    return [f for f in d.findings if f.code == "COL201" and f.severity >= at_least]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_step_time_is_the_measured_mean_step(runs, scenario):
+    d, truth = runs[scenario]
+    steps = d.analysis.step_ns
+    assert sorted(steps) == [0, 1, 2, 3]
+    for rank, per_step in truth["step_ms_per_rank"].items():
+        mean_ms = sum(per_step) / len(per_step)
+        assert steps[int(rank)] / 1e6 == pytest.approx(mean_ms, rel=0.02), (scenario, rank)
+    job_ms = sum(steps.values()) / len(steps) / 1e6
+    assert job_ms == pytest.approx(truth["mean_step_ms"], rel=0.03)
+    assert all(n == len(truth["profiled_steps"]) for n in d.analysis.steps.values())
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_layout_is_data_parallel_over_the_world(runs, scenario):
+    d, truth = runs[scenario]
+    layout = d.analysis.layout.to_dict()
+    assert layout["dp"] == truth["world_size"] == 4
+    assert layout["tp"] == layout["pp"] == 1
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_clocks_are_the_shared_host_clock(runs, scenario):
+    d, _ = runs[scenario]
+    assert all(m.clock_offset_ns == 0 for m in d.trace.meta.values())
+    assert not [f for f in d.findings if f.code == "TRC503"]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_every_call_is_one_matched_collective(runs, scenario):
+    # 2 DDP bucket all-reduces per step (+ broadcast, all_gather, all_reduce in alltoall), on
+    # every rank, each instance matched across the 4 ranks.
+    d, truth = runs[scenario]
+    co = d.trace.collectives
+    per_step = 5 if scenario == "alltoall" else 2
+    n_steps = len(truth["profiled_steps"])
+    assert len(co) == 4 * per_step * n_steps
+    assert co.groupby("match_key")["rank"].nunique().eq(4).all()
+    assert set(co["op"]) == (
+        {"AllReduce", "Broadcast", "AllGather"} if per_step == 5 else {"AllReduce"}
+    )
+
+
+@pytest.mark.parametrize("scenario", ["straggler_sleep", "straggler_compute", "alltoall"])
+def test_the_delayed_rank_is_named_with_its_saving(runs, scenario):
+    d, truth = runs[scenario]
+    found = _col201(d)
+    assert [f.ranks for f in found] == [(truth["delayed_rank"],)]
+    per_step_ms = found[0].saving_ns / len(truth["profiled_steps"]) / 1e6
+    measured = truth["counterfactual_no_delay"]["measured_saving_ms_per_step"]
+    assert measured / 2 <= per_step_ms <= measured * 2, (per_step_ms, measured)
+    # No finding at warning or above names another rank alone.
+    wrong = [
+        f
+        for f in d.at_or_above(Severity.WARNING)
+        if f.ranks and truth["delayed_rank"] not in f.ranks
+    ]
+    assert not wrong, [(f.code, f.ranks) for f in wrong]
+
+
+def test_alltoall_blames_the_sleeper_not_the_rank_it_held_up(runs):
+    # Rank 1 is late at the all_gather only because rank 3 held it in the broadcast.
+    d, truth = runs["alltoall"]
+    (f,) = _col201(d)
+    assert f.ranks == (3,) and f.op == "Broadcast"
+    assert f.evidence["late_instances"] >= len(truth["profiled_steps"])
+    assert f.evidence["mean_late_ns"] / 1e6 == pytest.approx(
+        truth["delay_measured_mean_ms"], rel=0.25
+    )
+
+
+def test_clean_has_no_straggler_and_nothing_wrong_at_warning(runs):
+    d, _ = runs["clean"]
+    assert not _col201(d)
+    assert not [f for f in d.at_or_above(Severity.WARNING) if len(f.ranks) == 1], [
+        (f.code, f.ranks, f.message) for f in d.at_or_above(Severity.WARNING)
+    ]
+
+
+def test_host_only_trace_without_work_says_so_once(tmp_path):
+    # A CPU profile that recorded only its step ranges: no op, no collective.
+    events = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": f"ProfilerStep#{i}",
+            "pid": 7,
+            "tid": 7,
+            "ts": 1000.0 * i,
+            "dur": 900.0,
+        }
+        for i in range(3)
+    ]
+    for r in range(2):
+        doc = {
+            "distributedInfo": {"backend": "gloo", "rank": r, "world_size": 2},
+            "host_name": "vm",
+            "traceEvents": events,
+        }
+        with gzip.open(tmp_path / f"rank-{r}.json.gz", "wt") as fh:
+            json.dump(doc, fh)
+    d = diagnose(load([tmp_path], cache=False))
+    trc = [f for f in d.findings if f.code.startswith("TRC")]
+    assert [f.code for f in trc] == ["TRC505"]
+    assert trc[0].ranks == (0, 1) and trc[0].evidence["events"] == 6
