@@ -3,7 +3,8 @@
 Categories (they sum to the path length, first start of the job to its last end):
 
 - ``compute``: an event of kind compute runs (with the engine or stream it runs on);
-- ``dma_transfer``: a DMA moves data (and the overhead between packets of one queue);
+- ``dma_transfer``: a DMA moves data (and the overhead between the triggered packets of one
+  ring; a ring idle before a packet nothing recorded made ready is a ``gap``);
 - ``dma_wait``: a DMA queued after the instruction that triggered it;
 - ``collective_transfer``: a collective moves data once every participant has arrived;
 - ``collective_skew``: the collective waits for a late rank, from the median arrival of the
@@ -22,16 +23,8 @@ import pyarrow as pa
 
 from tracediag.graph import dependencies as G
 from tracediag.model import schema as S
+from tracediag.model.path_categories import CATEGORIES
 
-CATEGORIES = (
-    "compute",
-    "dma_transfer",
-    "dma_wait",
-    "collective_transfer",
-    "collective_skew",
-    "host",
-    "gap",
-)
 _CAT = {c: i for i, c in enumerate(CATEGORIES)}
 
 _OWN_CATEGORY = {
@@ -60,6 +53,16 @@ class CriticalPath:
         """ns per category (all categories present, zeros included)."""
         sums = self.segments.groupby("category", observed=False)["dur_ns"].sum()
         return {c: int(sums.get(c, 0)) for c in CATEGORIES}
+
+    def gap_by_rank(self) -> dict[int, int]:
+        """ns of the path that nothing explains (category ``gap``) on each rank's nodes (zeros
+        included for every rank on the path); time on no node (before the first) is left out."""
+        seg = self.segments
+        rank = seg["rank"].to_numpy()
+        on = rank >= 0
+        gap = np.where((seg["category"] == "gap").to_numpy()[on], seg["dur_ns"].to_numpy()[on], 0)
+        sums = pd.Series(gap).groupby(rank[on]).sum()
+        return {int(r): int(v) for r, v in sums.items()}
 
     def compute_by_engine(self) -> dict[str, int]:
         """ns of ``compute`` per engine or stream."""
@@ -90,11 +93,19 @@ def node_categories(graph: G.Graph, trace: S.Trace) -> tuple[np.ndarray, np.ndar
     gapc = np.full(n, _CAT["gap"], dtype=np.int8)
     code = graph.bind_code
     gapc[code == G.DMA_TRIGGER] = _CAT["dma_wait"]
-    gapc[(code == G.LAUNCH) | (code == G.SYNC_DONE)] = _CAT["host"]
+    # A thread woken by another thread's work: CPU time from that work's end to its next call.
+    gapc[(code == G.LAUNCH) | (code == G.SYNC_DONE) | (code == G.THREAD_HANDOFF)] = _CAT["host"]
     gapc[code == G.COLL_START] = _CAT["collective_transfer"]
     po = code == G.PROGRAM_ORDER
     gapc[po & cpu_track[tk_index]] = _CAT["host"]
-    gapc[po & dma_track[tk_index]] = _CAT["dma_transfer"]
+    # A DMA ring's gap after its previous packet is the transfer's per-packet overhead only when
+    # the packet was ready (something recorded triggered it, and ended earlier): otherwise the
+    # ring idled, which no transfer explains.
+    triggered = np.zeros(n, dtype=bool)
+    if len(graph.pred_src):
+        dst = np.repeat(np.arange(n), np.diff(graph.pred_ptr))
+        triggered[dst[graph.pred_code != G.PROGRAM_ORDER]] = True
+    gapc[po & dma_track[tk_index] & triggered] = _CAT["dma_transfer"]
     return own, gapc
 
 

@@ -31,6 +31,7 @@ BODY, ARRIVAL, INSTANCE, COMPLETION = 0, 1, 2, 3
 # Edge codes (why a predecessor constrains a node)
 PROGRAM_ORDER, DEPENDENCY, DMA_TRIGGER, LAUNCH, FLOW, SYNC = 0, 1, 2, 3, 4, 5
 COLL_ARRIVAL, COLL_START, SYNC_DONE = 6, 7, 8
+STREAM_WAIT, THREAD_HANDOFF = 9, 10  # inferred (graph.idle_waits)
 EDGE_CODE_NAMES = (
     "program_order",
     "dependency",
@@ -41,6 +42,8 @@ EDGE_CODE_NAMES = (
     "collective_arrival",
     "collective_start",
     "sync_completion",
+    "stream_wait",
+    "thread_handoff",
 )
 _FORMAT_EDGE_CODES = {
     "dependency": DEPENDENCY,
@@ -48,6 +51,8 @@ _FORMAT_EDGE_CODES = {
     "launch": LAUNCH,
     "flow": FLOW,
     "sync": SYNC,
+    "stream_wait": STREAM_WAIT,
+    "thread_handoff": THREAD_HANDOFF,
 }
 
 
@@ -201,17 +206,15 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
         code_list += [np.full(n_c, COLL_ARRIVAL, np.int8), np.full(n_c, COLL_START, np.int8)]
 
     # --- sync calls that wait for device work: begin (body, zero length) + completion -------
-    edges = trace.edges
+    # Recorded and inferred edges as arrays (no frame concatenated: their kinds' categories
+    # differ, which would turn the kind column into a string per edge).
+    frames = [trace.edges]
     if extra_edges is not None and len(extra_edges):
-        edges = pd.concat([edges, extra_edges], ignore_index=True)
-    e_src = edges[S.SRC].to_numpy()
-    e_dst = edges[S.DST].to_numpy()
-    # Per distinct kind (the trailing entry: a missing kind), not a string test per edge.
-    kind_idx, kinds = pd.factorize(edges[S.EDGE_KIND])
-    e_code = np.array([_FORMAT_EDGE_CODES.get(str(k), FLOW) for k in kinds] + [FLOW], np.int8)
-    e_code = e_code[kind_idx]
-    is_sync_kind = np.array([str(k) == "sync" for k in kinds] + [False])[kind_idx]
-    completion = is_sync_kind & is_sync[e_dst] if len(edges) else np.zeros(0, bool)
+        frames.append(extra_edges)
+    e_src = np.concatenate([f[S.SRC].to_numpy() for f in frames]).astype(np.int64, copy=False)
+    e_dst = np.concatenate([f[S.DST].to_numpy() for f in frames]).astype(np.int64, copy=False)
+    e_code = np.concatenate([_edge_codes(f[S.EDGE_KIND]) for f in frames])
+    completion = (e_code == SYNC) & is_sync[e_dst] if len(e_src) else np.zeros(0, bool)
     sync_ev = np.unique(e_dst[completion])
     sync_ev = sync_ev[in_graph[sync_ev]]
     if len(sync_ev):
@@ -247,7 +250,7 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
     code_list.append(np.full(len(a), PROGRAM_ORDER, np.int8))
 
     # --- explicit edges from the format ----------------------------------------------------
-    if len(edges):
+    if len(e_src):
         keep = in_graph[e_src] & in_graph[e_dst]
         dropped_marker = int((~keep).sum())
         if dropped_marker:
@@ -306,6 +309,14 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
         window=_device_nodes(trace, node_track),
         dropped_edges=dropped,
     )
+
+
+def _edge_codes(kind: pd.Series) -> np.ndarray:
+    """The edge code of each edge kind (FLOW for an unknown or missing one), per distinct kind
+    (the trailing entry: a missing kind), not a string test per edge."""
+    kind_idx, kinds = pd.factorize(kind)
+    codes = np.array([_FORMAT_EDGE_CODES.get(str(k), FLOW) for k in kinds] + [FLOW], np.int8)
+    return codes[kind_idx]
 
 
 def _device_nodes(trace: S.Trace, node_track: np.ndarray) -> np.ndarray:

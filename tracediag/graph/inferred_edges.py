@@ -1,11 +1,19 @@
-"""Dependencies the format does not record but the profiler's wait times reveal.
+"""Dependencies the format does not record but the trace implies, each with its evidence.
 
-A Neuron instruction's ``evt_wait_time`` is how long it stalled on a semaphore after it was ready
-to issue. When no recorded edge explains that stall, the event it waited for is the one on
-another track of the same rank (another engine, a DMA queue, a collective) that finished last
-inside the stall window [start - wait, start]: the semaphore is released by the last producer
-it counts, and the waiter issues right after. Legacy JSON profiles (no edges into collectives)
-and Parquet profiles without a Flow table need this for the critical path to cross engines.
+:func:`infer_edges` gathers every inference, one edge kind each (``EDGE_KIND``):
+
+- ``dependency`` (:func:`wait_edges`): a Neuron instruction's ``evt_wait_time`` is how long it
+  stalled on a semaphore after it was ready to issue. When no recorded edge explains that stall,
+  the event it waited for is the one on another track of the same rank (another engine, a DMA
+  queue, a collective) that finished last inside the stall window [start - wait, start]: the
+  semaphore is released by the last producer it counts, and the waiter issues right after.
+  Legacy JSON profiles (no edges into collectives) and Parquet profiles without a Flow table need
+  this for the critical path to cross engines.
+- ``stream_wait`` and ``thread_handoff`` (:mod:`tracediag.graph.idle_waits`): GPU streams that
+  idle until another stream's work ends, host threads that resume when another thread's work ends.
+
+A stall is explained only by a recorded predecessor that ends within the tolerance of the
+waiter's start, not by one that ends anywhere inside the stall.
 """
 
 from __future__ import annotations
@@ -13,16 +21,56 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracediag.graph.idle_waits import (
+    EVIDENCE_COLUMNS,
+    STREAM_WAIT,
+    THREAD_HANDOFF,
+    empty_evidence_frame,
+    idle_wait_edges,
+    recorded_predecessors,
+)
 from tracediag.model import schema as S
 
 #: Slack for the last ns of a semaphore signal (the wait ends just after the producer ends).
 TOLERANCE_NS = 100
 
+#: The kinds of inferred edges, in the order of their categorical codes.
+INFERRED_EDGE_KINDS = ("dependency", STREAM_WAIT, THREAD_HANDOFF)
+#: Each kind's inference, as the evidence names it.
+INFERENCE_OF_KIND = {
+    "dependency": "semaphore_wait",
+    STREAM_WAIT: "cross_stream_wait",
+    THREAD_HANDOFF: "cross_thread_handoff",
+}
 
-def wait_edges(trace: S.Trace) -> pd.DataFrame:
-    """Edges ``producer -> waiter`` (kind ``dependency``) for unexplained semaphore stalls."""
+
+def infer_edges(trace: S.Trace) -> pd.DataFrame:
+    """Every inferred edge: SRC, DST, EDGE_KIND (one of :data:`INFERRED_EDGE_KINDS`) and the
+    evidence columns of :data:`tracediag.graph.idle_waits.EVIDENCE_COLUMNS`."""
+    recorded = recorded_predecessors(trace) if len(trace.events) else None
+    parts = [f for f in (wait_edges(trace, recorded), idle_wait_edges(trace, recorded)) if len(f)]
+    out = pd.concat(parts, ignore_index=True) if parts else empty_evidence_frame()
+    out[S.EDGE_KIND] = pd.Categorical(out[S.EDGE_KIND].astype(str), categories=INFERRED_EDGE_KINDS)
+    return out
+
+
+def counts_by_rank(inferred: pd.DataFrame | None) -> dict[int, dict[str, int]]:
+    """Per rank: the number of inferred edges of each inference (zeros included)."""
+    if inferred is None or not len(inferred):
+        return {}
+    counts = inferred.groupby(["rank", S.EDGE_KIND], observed=False).size()
+    out: dict[int, dict[str, int]] = {}
+    for (rank, kind), n in counts.items():
+        out.setdefault(int(rank), {})[INFERENCE_OF_KIND[str(kind)]] = int(n)
+    return out
+
+
+def wait_edges(trace: S.Trace, recorded: tuple | None = None) -> pd.DataFrame:
+    """Edges ``producer -> waiter`` (kind ``dependency``) for unexplained semaphore stalls, with
+    their evidence (see :func:`infer_edges`); ``recorded``: ``recorded_predecessors(trace)``
+    when the caller has it."""
     ev = trace.events
-    empty = S.empty_frame(S.EDGE_COLUMNS)
+    empty = empty_evidence_frame()
     if not len(ev):
         return empty
     ts = ev[S.TS].to_numpy()
@@ -35,8 +83,9 @@ def wait_edges(trace: S.Trace) -> pd.DataFrame:
     if not len(waiter):
         return empty
     ready = ts[waiter] - wait[waiter].astype(np.int64)
-    explained = _explained(trace, waiter, ready, end)
-    waiter, ready = waiter[~explained], ready[~explained]
+    pred = _latest_edge_source_end(trace, waiter, end)
+    explained = pred >= ts[waiter] - TOLERANCE_NS
+    waiter, ready, pred = waiter[~explained], ready[~explained], pred[~explained]
     producer = np.flatnonzero(ev[S.KIND].isin(("compute", "dma", "collective")).to_numpy())
     if not len(waiter) or not len(producer):
         return empty
@@ -54,14 +103,25 @@ def wait_edges(trace: S.Trace) -> pd.DataFrame:
     ok &= rank[cand] == rank[waiter]
     ok &= ev[S.TRACK].to_numpy()[cand] != ev[S.TRACK].to_numpy()[waiter]  # program order has it
     ok &= end[cand] >= ready - TOLERANCE_NS
+    ok &= end[cand] > pred  # else the recorded predecessor binds: nothing to add
+    runner = producer[np.maximum(i - 1, 0)]
+    has_ru = (i >= 1) & (rank[runner] == rank[waiter])
+    w, c = waiter[ok], cand[ok]
+    beaten = (recorded or recorded_predecessors(trace))[1][w]
+    runner, has_ru = runner[ok], has_ru[ok]
     return pd.DataFrame(
         {
-            S.SRC: cand[ok].astype(np.int64),
-            S.DST: waiter[ok].astype(np.int64),
-            S.EDGE_KIND: pd.Categorical.from_codes(
-                np.full(int(ok.sum()), S.EDGE_KINDS.index("dependency")), categories=S.EDGE_KINDS
-            ),
-        }
+            S.SRC: c.astype(np.int64),
+            S.DST: w.astype(np.int64),
+            S.EDGE_KIND: np.full(len(w), "dependency", dtype=object),
+            "rank": rank[w].astype(np.int64),
+            "gap_ns": (ts[w] - end[c]).astype(np.int64),
+            "idle_ns": (ts[w] - ready[ok]).astype(np.int64),
+            "beaten": beaten.astype(np.int64),
+            "runner_up": np.where(has_ru, runner, -1).astype(np.int64),
+            "runner_up_end_ns": np.where(has_ru, end[runner], -1).astype(np.int64),
+        },
+        columns=[S.SRC, S.DST, S.EDGE_KIND, *EVIDENCE_COLUMNS],
     )
 
 
@@ -88,13 +148,10 @@ def _waits(trace: S.Trace, ts: np.ndarray, end: np.ndarray, is_compute: np.ndarr
     return wait
 
 
-def _explained(
-    trace: S.Trace, waiter: np.ndarray, ready: np.ndarray, end: np.ndarray
-) -> np.ndarray:
-    """True where a recorded predecessor ends inside the stall window."""
+def _latest_edge_source_end(trace: S.Trace, waiter: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per waiter: the latest end of a recorded edge's source into it (-inf without one)."""
     ed = trace.edges
     if not len(ed):
-        return np.zeros(len(waiter), dtype=bool)
+        return np.full(len(waiter), -np.inf)
     latest = pd.Series(end[ed[S.SRC].to_numpy()]).groupby(ed[S.DST].to_numpy()).max()
-    pred_end = latest.reindex(waiter).to_numpy()
-    return np.nan_to_num(pred_end, nan=-np.inf) >= ready - TOLERANCE_NS
+    return np.nan_to_num(latest.reindex(waiter).to_numpy(dtype=np.float64), nan=-np.inf)

@@ -52,6 +52,27 @@ class WhatIf:
         )
 
 
+def joint(changes) -> WhatIf:
+    """One change doing all of ``changes`` at once. A node that several set keeps the smallest
+    value (the most any of them restores it), so the joint replay bounds fixing them all."""
+    total = WhatIf()
+    for c in changes:
+        total = total + c
+    return WhatIf(
+        *_smallest(total.dur_nodes, total.dur_values), *_smallest(total.gap_nodes, total.gap_values)
+    )
+
+
+def _smallest(nodes, values):
+    if nodes is None or not len(nodes):
+        return nodes, values
+    # Sorted by node, then value: the first row of each node holds its smallest value.
+    order = np.lexsort((values, nodes))
+    nodes, values = nodes[order], values[order]
+    first = np.r_[True, nodes[1:] != nodes[:-1]]
+    return nodes[first], values[first]
+
+
 @dataclass
 class ReplayResult:
     start: np.ndarray
