@@ -1,8 +1,9 @@
 """Neuron tables (with Explorer Parquet field names) -> canonical event frames of one rank.
 
 Both readers bring their tables to the Parquet field names (the legacy JSON reader renames its
-keys) and share these mappings: ``Instruction`` -> compute events, ``DmaPacket`` -> DMA events,
-``CcOp`` -> collective events plus collective rows, and the trigger-instruction edges of CcOps.
+keys) and share these mappings: ``Instruction`` -> compute events, ``CcOp`` -> collective events plus
+collective rows, and the trigger-instruction edges of CcOps (``DmaPacket`` -> DMA events: see
+:mod:`neuron_dma`).
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def times(df: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     return start, dur
 
 
-def _frame(df, kind, name, label, engine, track_kind, device, **optional) -> pd.DataFrame:
+def event_frame(df, kind, name, label, engine, track_kind, device, **optional) -> pd.DataFrame:
+    """Canonical events of a table's rows (times from :func:`times`) on the tracks ``label``."""
     start, dur = times(df)
     n = len(df)
     out = pd.DataFrame(
@@ -87,9 +89,9 @@ def instruction_events(df: pd.DataFrame, device: str) -> pd.DataFrame:
     bytes_ = _sum_present(
         floats(column(df, "hbm_read_bytes"), n), floats(column(df, "hbm_write_bytes"), n)
     )
-    return _frame(
-        df, "compute", fill_missing(labels(column(df, "opcode"), n), "unknown"), label, engine,
-        "compute_engine", device,
+    opcode = fill_missing(labels(column(df, "opcode"), n), "unknown")
+    out = event_frame(
+        df, "compute", opcode, label, engine, "compute_engine", device,
         **{
             S.BYTES: bytes_,
             S.FLOPS: floats(column(df, "raw_flops"), n),
@@ -102,6 +104,32 @@ def instruction_events(df: pd.DataFrame, device: str) -> pd.DataFrame:
             S.TRANSPOSE_FLOPS: floats(column(df, "flops_transpose"), n),
         },
     )  # fmt: skip
+    return semaphore_waits_as_stalls(out, opcode)
+
+
+#: Opcodes whose row is an engine waiting on a semaphore, not work (the glossary's "semaphore
+#: increment or wait"; ActiveTime excludes them from busy time).
+SEMAPHORE_WAIT_OPCODES = ("EVENT_SEMAPHORE",)
+
+
+def semaphore_waits_as_stalls(events: pd.DataFrame, opcode: pd.Categorical) -> pd.DataFrame:
+    """Semaphore-wait rows become instants at their end with their length as the stall
+    (``wait_ns``): the engine idles for whatever it waits on, so the wait is a gap that binds to
+    the producer (and shrinks with it in a what-if), never work of a fixed length."""
+    cats = np.asarray(opcode.categories, dtype=object)
+    wait_code = np.flatnonzero(np.isin(cats, SEMAPHORE_WAIT_OPCODES))
+    is_wait = np.isin(opcode.codes, wait_code)
+    if not is_wait.any():
+        return events
+    start = events[S.TS].astype("Int64")
+    dur = events[S.DUR].astype("Int64")
+    own = events[S.WAIT].to_numpy(dtype=np.float64, copy=True)
+    length = dur.to_numpy(dtype=np.float64, na_value=np.nan)
+    own[is_wait] = np.nan_to_num(own[is_wait]) + length[is_wait]
+    events[S.TS] = start.where(~is_wait, start + dur).array
+    events[S.DUR] = dur.where(~is_wait, 0).array
+    events[S.WAIT] = own
+    return events
 
 
 def instruction_dtypes(df: pd.DataFrame) -> pd.Categorical:
@@ -119,28 +147,12 @@ def instruction_dtypes(df: pd.DataFrame) -> pd.Categorical:
     return pd.Categorical.from_codes(codes, categories=dtypes.DTYPES)
 
 
-def dma_events(df: pd.DataFrame, device: str) -> pd.DataFrame:
-    """``DmaPacket`` (or ``DmaPacketAggregated``) rows -> DMA events, one track per queue."""
-    n = len(df)
-    engine_idx, evalid = ints(column(df, "engine_idx"), n)
-    by_engine = fill_missing(numbered("dma engine ", engine_idx, evalid), "dma")
-    label = fill_missing(labels(column(df, "queue_name"), n), by_engine)
-    variable = labels(column(df, "variable"), n)
-    if "unknown" in variable.categories:  # no DGE notification: no tensor name
-        variable = variable.remove_categories(["unknown"])
-    ids, valid = ints(column(df, "id"), n)
-    return _frame(
-        df, "dma", fill_missing(variable, label), label, constant("dma", n), "dma_queue", device,
-        **{S.BYTES: floats(column(df, "transfer_bytes"), n), S.SRC_ID: np.where(valid, ids, -1)},
-    )  # fmt: skip
-
-
 def cc_events(df: pd.DataFrame, device: str) -> pd.DataFrame:
     """``CcOp`` rows -> collective events, one track per CC stream."""
     n = len(df)
     stream, svalid = ints(column(df, "stream_id"), n)
     op_id, valid = ints(column(df, "op_id"), n)
-    return _frame(
+    return event_frame(
         df, "collective", fill_missing(labels(column(df, "operation"), n), "unknown"),
         fill_missing(numbered("cc stream ", stream, svalid), "cc stream ?"), constant("cc", n),
         "cc_core", device,

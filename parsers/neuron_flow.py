@@ -3,9 +3,10 @@
 ``Flow`` edges name their ends by (table, id): ``instruction`` (Instruction.id), ``dma_packet``
 (DmaPacket.id), ``dma_block``/``dma_packet_aggregated`` (a DMA block: DmaPacket's
 ``packet_aggregation_id`` = DmaPacketAggregated.id) and ``cc_op`` (CcOp.op_id). DMA events keep
-packet granularity, so a block resolves to one of its packets: an edge *into* a block binds to
-its first packet (the block cannot start before it is triggered) and an edge *out of* a block
-leaves from its last packet (the block is done when its last packet is).
+packet granularity, so a block resolves to its packets: an edge *into* a block, or into one of
+its packets, binds every packet of the block (each packet, on whichever ring serves it, cannot
+start before the block is triggered), and an edge *out of* a block leaves from its last packet
+(the block is done when its last packet is).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class EventIds:
     block_first: IdIndex
     block_last: IdIndex
     cc_op: IdIndex
+    blocks: BlockMembers
 
     @classmethod
     def build(
@@ -72,6 +74,7 @@ class EventIds:
             block_first=first,
             block_last=last,
             cc_op=index(cc, "op_id", "CcOp"),
+            blocks=BlockMembers.build(*dma) if dma else BlockMembers.empty(),
         )
 
     def resolve(
@@ -93,6 +96,51 @@ class EventIds:
             if mask.any():
                 rows[mask] = index.lookup(ids[mask], valid[mask])
         return rows
+
+
+@dataclass
+class BlockMembers:
+    """The packets of each DMA block (``packet_aggregation_id``), as event rows grouped by block."""
+
+    block_of: np.ndarray  # per event row from ``first_row``: the block's index (-1: none)
+    first_row: int
+    ptr: np.ndarray  # CSR over blocks: block b's packets are rows[ptr[b]:ptr[b + 1]]
+    rows: np.ndarray
+
+    @classmethod
+    def build(cls, dma: pd.DataFrame, first_row: int) -> BlockMembers:
+        """Group the DMA table's rows (at event rows ``first_row``...) by block."""
+        agg, valid = ints(column(dma, "packet_aggregation_id"), len(dma))
+        block_of = np.full(len(dma), -1, dtype=np.int64)
+        _, block_of[valid] = np.unique(agg[valid], return_inverse=True)
+        order = np.argsort(block_of, kind="stable")
+        order = order[block_of[order] >= 0]
+        ptr = np.searchsorted(block_of[order], np.arange(int(block_of.max(initial=-1)) + 2))
+        return cls(block_of, first_row, ptr, first_row + order)
+
+    @classmethod
+    def empty(cls) -> BlockMembers:
+        """No DMA table: no block."""
+        none = np.zeros(0, dtype=np.int64)
+        return cls(none, 0, np.zeros(1, dtype=np.int64), none)
+
+    def expand(self, rows: np.ndarray, into_dma: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Edge ends ``rows``, those marked ``into_dma`` replaced by every packet of their block:
+        (the index of the edge each result row comes from, the result rows)."""
+        local = rows - self.first_row
+        inside = into_dma & (local >= 0) & (local < len(self.block_of))
+        block = np.full(len(rows), -1, dtype=np.int64)
+        block[inside] = self.block_of[local[inside]]
+        sizes = np.r_[np.diff(self.ptr), 1]  # the trailing 1: an end that is no block's
+        size = sizes[np.where(block >= 0, block, len(sizes) - 1)]
+        edge = np.repeat(np.arange(len(rows)), size)
+        # Position within each edge's block: 0..size-1, from the block's first packet.
+        within = np.arange(len(edge)) - np.repeat(np.cumsum(size) - size, size)
+        b = block[edge]
+        out = rows[edge].copy()
+        member = b >= 0
+        out[member] = self.rows[self.ptr[b[member]] + within[member]]
+        return edge, out
 
 
 def canonical_tables(tables: pd.Categorical) -> np.ndarray:
@@ -148,8 +196,9 @@ def flow_edges(flow: pd.DataFrame, ids: EventIds, meta: S.RankMeta) -> pd.DataFr
     meta.count("Flow: edges whose id matches no event", int(unresolved.sum()))
     kept = (src >= 0) & (dst >= 0)
     to_dma = (out_kinds == _DMA_PACKET) | (out_kinds == _DMA_BLOCK)
-    trigger = ((in_kinds == _INSTRUCTION) & to_dma)[kept]
+    trigger = (in_kinds == _INSTRUCTION) & to_dma
+    edge, dst_rows = ids.blocks.expand(dst[kept], to_dma[kept])
     kind = pd.Categorical.from_codes(
-        trigger.astype(np.int8), pd.Index(["dependency", "dma_trigger"], dtype="str")
+        trigger[kept][edge].astype(np.int8), pd.Index(["dependency", "dma_trigger"], dtype="str")
     )
-    return pd.DataFrame({S.SRC: src[kept], S.DST: dst[kept], S.EDGE_KIND: kind})
+    return pd.DataFrame({S.SRC: src[kept][edge], S.DST: dst_rows, S.EDGE_KIND: kind})

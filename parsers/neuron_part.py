@@ -24,11 +24,12 @@ from tracediag.model.assembly import (
     sanitize_events,
 )
 from tracediag.parsers.neuron_common import ints, labels
+from tracediag.parsers.neuron_dma import dma_events, engine_order_edges
+from tracediag.parsers.neuron_dma_layers import layers_from_tensors
 from tracediag.parsers.neuron_events import (
     TRIGGER_TS,
     cc_collectives,
     cc_events,
-    dma_events,
     instruction_events,
     trigger_edges,
 )
@@ -66,14 +67,24 @@ def build_part(
 ) -> RankPart:
     """One rank's part from its ``instruction``, ``dma`` and ``cc`` tables (Parquet field
     names; None when absent). ``names`` says what each table is called in the source, for the
-    counts of dropped rows. A CcOp that no explicit edge reaches gets its trigger edge."""
+    counts of dropped rows. A CcOp that no explicit edge reaches gets its trigger edge; a DMA
+    transfer takes the layer its tensor's name states (:mod:`neuron_dma_layers`); consecutive
+    packets of two queues on one DMA engine are ordered (:func:`neuron_dma.engine_order_edges`)."""
     mappers = {"instruction": instruction_events, "dma": dma_events, "cc": cc_events}
     present = {k: t for k, t in tables.items() if t is not None}
     pieces = layout([Piece(names[k], mappers[k](t, device)) for k, t in present.items()])
+    by_table = dict(zip(present, pieces, strict=True))
+    if "dma" in by_table and "instruction" in by_table:
+        dma_ev = by_table["dma"].events
+        dma_ev[S.LAYER] = layers_from_tensors(
+            dma_ev[S.NAME].array, by_table["instruction"].events[S.LAYER].array
+        )
     first = {k: p.first_row for k, p in zip(present, pieces, strict=True)}
     located = {k: (t, first[k]) for k, t in present.items()}
     ids = EventIds.build(meta, located.get("instruction"), located.get("dma"), located.get("cc"))
     edges = explicit_edges(ids, first)
+    if "dma" in present:
+        edges.append(engine_order_edges(present["dma"], by_table["dma"].events, first["dma"]))
     collectives = None
     cc = present.get("cc")
     if cc is not None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracediag.analysis.dma import typical_bandwidth
+from tracediag.analysis.hardware import credible_peak
 from tracediag.analysis.path_runs import runs
-from tracediag.analysis.peers import typical_bandwidth
 from tracediag.engine.rule import Rule, severity_by_saving
 from tracediag.model.findings import Severity
 from tracediag.model.units import fmt_bw, fmt_ns
+from tracediag.model.wording import engine_label
 from tracediag.whatif import dma_restore as dma_whatif
 
 
@@ -24,6 +26,9 @@ class DmaWaitOnCriticalPath(Rule):
         "error_saving_pct": 10.0,
         "slow_ratio": 0.7,  # a transfer below this fraction of the queue's typical bandwidth is slow
         "min_bytes_typical": 32768,  # transfers that define a queue's typical bandwidth
+        # A saving below this share of the step means the transfers already run at the queue's
+        # typical pace: the message says so (and what the hardware's peak would give) instead.
+        "at_pace_saving_pct": 0.1,
     }
     doc = {
         "what it finds": "Stretches of the critical path where a compute engine waited for data "
@@ -64,44 +69,46 @@ class DmaWaitOnCriticalPath(Rule):
             rows = _cause_rows(ctx, int(rank), queue, layer, grp)
             typ = float(typical.get(queue, np.nan))
             ranks = _affected_ranks(ctx, rows, typ, opts["slow_ratio"], int(rank))
-            fix_rows = ctx.dma[
-                ctx.dma["queue"].eq(queue)
-                & ctx.dma["rank"].isin(ranks)
-                & ctx.dma["ordinal"].isin(rows["ordinal"])
-            ]
-            saving = ctx.what_if(
-                dma_whatif.restore(ctx, fix_rows, typical, trigger_wait=usual_wait)
-            )
-            hwp = ctx.hardware.get(int(rank))
-            peak_saving = (
-                ctx.what_if(
-                    dma_whatif.restore(ctx, fix_rows, hwp.dma_queue_bw, trigger_wait=usual_wait)
-                )
-                if hwp is not None and hwp.dma_queue_bw
-                else None
-            )
+            fix_rows = ctx.dma[_same_transfers(ctx.dma, rows) & ctx.dma["rank"].isin(ranks)]
+            change = dma_whatif.restore(ctx, fix_rows, typical, trigger_wait=usual_wait)
+            saving = ctx.what_if(change)
             known = rows["bytes"].notna()
             achieved = (
                 float(rows.loc[known, "bytes"].sum() / max(rows.loc[known, "dur"].sum(), 1) * 1e9)
                 if known.any()
                 else float("nan")
             )
+            hwp = ctx.hardware.get(int(rank))
+            peak = credible_peak(hwp.dma_queue_bw if hwp is not None else None, achieved, typ)
+            peak_saving = (
+                ctx.what_if(dma_whatif.restore(ctx, fix_rows, peak, trigger_wait=usual_wait))
+                if np.isfinite(peak)
+                else None
+            )
             waiter = grp["waiter_engine"].mode()
             engine = str(waiter.iloc[0]) if len(waiter) else ""
             wait_ns = int(grp["ns_dma_wait"].sum())
             layer_txt = f" feeding {layer}" if isinstance(layer, str) and layer else ""
+            tensor = _slowest_tensor(rows)
+            if tensor:
+                layer_txt += f" (tensor {tensor})"
             sev = severity_by_saving(ctx.pct(saving), opts, self.severity)
+            # A GPU's copies run on a stream, not a DMA queue.
+            source = (
+                f"copies on {queue}" if str(queue).startswith("stream") else f"DMA queue {queue}"
+            )
             yield ctx.finding(
                 self,
                 severity=sev,
                 message=(
-                    f"The {engine or 'compute'} engine of rank {rank} waited {fmt_ns(impact)} "
-                    f"({ctx.pct(impact)}% of the step) on the critical path for DMA queue {queue}{layer_txt}: "
+                    f"The {engine_label(engine)} of rank {rank} waited {fmt_ns(impact)} "
+                    f"({ctx.pct(impact)}% of the step) on the critical path for {source}{layer_txt}: "
                     f"{fmt_ns(wait_ns)} queued after its trigger and {fmt_ns(impact - wait_ns)} transferring "
                     f"at {fmt_bw(achieved) if np.isfinite(achieved) else 'an unknown rate'} "
                     f"(the queue's typical {fmt_bw(typ) if np.isfinite(typ) else 'unknown'}). "
-                    f"Restored to the queue's typical bandwidth and queueing the step would be "
-                    f"{fmt_ns(saving)} shorter."
+                    + _what_if_text(
+                        ctx.pct(saving) < opts["at_pace_saving_pct"], saving, peak, peak_saving
+                    )
                 ),
                 ranks=tuple(ranks),
                 engine=engine,
@@ -112,19 +119,41 @@ class DmaWaitOnCriticalPath(Rule):
                 end_ns=int(grp["end_ns"].max()),
                 impact_ns=impact,
                 saving_ns=int(saving),
+                change=change,
                 suggestion="Prefetch this tensor earlier so its transfer overlaps compute, or split it over more DMA queues.",
                 evidence={
                     "dma_wait_ns": wait_ns,
                     "dma_transfer_ns": impact - wait_ns,
                     "bytes": float(rows["bytes"].sum()),
                     "transfers": len(rows),
+                    "tensor": tensor,
                     "achieved_bw": achieved,
                     "typical_bw": typ,
-                    "peak_bw": hwp.dma_queue_bw if hwp is not None else None,
+                    "peak_bw": peak if np.isfinite(peak) else None,
                     "peak_saving_ns": peak_saving,
                     "events": rows["event"].head(20).tolist(),
                 },
             )
+
+
+def _what_if_text(at_pace: bool, saving: int, peak: float, peak_saving: int | None) -> str:
+    """The what-if sentence: the saving at the queue's typical pace, or, when that is next to
+    nothing, why (already at that pace) and the gap to the hardware's peak."""
+    if not at_pace:
+        return (
+            "Restored to the queue's typical bandwidth and queueing the step would be "
+            f"{fmt_ns(saving)} shorter."
+        )
+    at_peak = (
+        f"; at the hardware's peak {fmt_bw(peak)} the step would be {fmt_ns(peak_saving)} shorter"
+        if peak_saving is not None and np.isfinite(peak)
+        else ""
+    )
+    return (
+        "These transfers already run at the queue's typical bandwidth and queueing, so restoring "
+        f"them saves {'nothing' if saving == 0 else 'only ' + fmt_ns(saving)}{at_peak}; "
+        "prefetching them so they overlap compute is what would shorten the step."
+    )
 
 
 def _describe(dma_runs: pd.DataFrame, seg: pd.DataFrame, dma: pd.DataFrame) -> pd.DataFrame:
@@ -174,12 +203,27 @@ def _cause_rows(ctx, rank, queue, layer, grp) -> pd.DataFrame:
     return on_rank[(end > lo) & (on_rank["ts"] < hi)]
 
 
+def _same_transfers(dma: pd.DataFrame, rows: pd.DataFrame) -> np.ndarray:
+    """Rows of ``dma`` that are the transfers ``rows`` on any rank: the same k-th transfer of the
+    same tensor on the same queue (rings are taken dynamically, so not the same ring)."""
+    key = ["queue", "tensor", "tensor_ordinal"]
+    want = pd.MultiIndex.from_frame(rows[key].drop_duplicates())
+    return pd.MultiIndex.from_frame(dma[key]).isin(want)
+
+
+def _slowest_tensor(rows: pd.DataFrame) -> str:
+    """The tensor whose transfers among ``rows`` run at the lowest bandwidth ("" if none)."""
+    named = rows[rows["tensor"].notna() & rows["bytes"].notna()]
+    if not len(named):
+        return ""
+    per = named.groupby("tensor", observed=True).agg(b=("bytes", "sum"), d=("dur", "sum"))
+    return str((per["b"] / per["d"].clip(lower=1)).idxmin())
+
+
 def _affected_ranks(ctx, rows, typical, slow_ratio, rank) -> list[int]:
-    """Ranks whose same transfers (queue and ordinal) are slow too: the fix must reach them all,
-    or the path merely moves to the next rank with the same slow DMA."""
-    peers = ctx.dma[
-        ctx.dma["queue"].isin(rows["queue"].unique()) & ctx.dma["ordinal"].isin(rows["ordinal"])
-    ]
+    """Ranks whose same transfers (queue, tensor and its ordinal) are slow too: the fix must
+    reach them all, or the path merely moves to the next rank with the same slow DMA."""
+    peers = ctx.dma[_same_transfers(ctx.dma, rows)]
     per_rank = peers.groupby("rank").agg(b=("bytes", "sum"), d=("dur", "sum"))
     bw = per_rank["b"] / per_rank["d"].clip(lower=1) * 1e9
     slow = bw.index[bw < slow_ratio * typical].tolist() if np.isfinite(typical) else []

@@ -130,13 +130,12 @@ def test_rows_without_a_usable_time_are_dropped_and_counted(job, tmp_path):
     _rewrite(copy_ / "rank_1" / "Instruction.parquet", _set("start_ts", starts))
     outcome = run_report([copy_], tmp_path)
     assert outcome.code == 0
-    trc = {
-        f["ranks"][0]: f["evidence"] for f in outcome.report["findings"] if f["code"] == "TRC501"
-    }
+    (trc,) = [f["evidence"] for f in outcome.report["findings"] if f["code"] == "TRC501"]
     dropped = "Instruction: dropped, no valid timestamp or duration"
-    assert trc[1]["repairs"][dropped] == 2 and dropped not in trc[0]["repairs"]
-    # ...and the Flow edges of the dropped instruction 11 (it is an end of 2 resolved ones).
-    assert trc[1]["repairs"]["edges: dropped, an end event had no valid time"] == 2
+    assert trc["by_rank"]["1"][dropped] == 2 and dropped not in trc["by_rank"].get("0", {})
+    # ...and the Flow edges of the dropped instruction 11 (it is an end of 2 resolved ones, one
+    # into a block of two packets: an edge to each).
+    assert trc["by_rank"]["1"]["edges: dropped, an end event had no valid time"] == 3
 
 
 def test_duplicate_rows_are_counted(job, tmp_path):
@@ -144,10 +143,11 @@ def test_duplicate_rows_are_counted(job, tmp_path):
     _rewrite(copy_ / "rank_0" / "DmaPacket.parquet", lambda t: t.take([0, 1, 2, 1, 2]))
     outcome = run_report([copy_], tmp_path)
     assert outcome.code == 0
-    assert outcome.repairs()["DmaPacket: repeated id (edges bind to its first row)"] == 2
+    # Rows repeated whole are the profiler's duplicate-packet defect: removed and counted.
+    assert outcome.repairs()["DmaPacket: duplicate packet removed (a known profiler defect)"] == 2
 
 
-@pytest.mark.parametrize("version", ["8.0.0", "v12", "garbage", None])
+@pytest.mark.parametrize("version", ["8.0.0", "v13", "garbage", None])
 def test_unknown_schema_major_version_is_counted(version, job, tmp_path):
     copy_ = _copy(job, tmp_path)
     _rewrite(
