@@ -50,11 +50,24 @@ from tracediag.parsers.neuron_json_tables import (
 from tracediag.parsers.neuron_part import build_part, empty_part
 
 FORMAT = "neuron-json"
+#: A device profile on a NeuronCore clock: the loader joins system profiles onto it.
+NEURON_DEVICE_PROFILE = True
+#: The hardware a profile that names none ran on (the documented default target).
+DEFAULT_HARDWARE = "trn1"
 
 LEGACY_TABLES = ("instruction", "dma", "summary")
-_READ_TABLES = ("instruction", "dma", "summary", "metadata", "cc_op", "error")
+_READ_TABLES = (
+    "instruction", "dma", "summary", "metadata", "cc_op", "cc_ops", "error", "active_time",
+    "layer_summary", "profile_info",
+)  # fmt: skip
 _SNIFF_BYTES = 1 << 16
-_LEGACY_KEY = re.compile(rb'"(?:instruction|dma|summary)"\s*:\s*\[')
+_LEGACY_KEY = re.compile(rb'"(?:instruction|dma|summary|profile_info)"\s*:\s*\[')
+#: What a file holding only ``profile_info`` means (neuron-real-output.md).
+WRONG_NEFF = (
+    "holds only 'profile_info': the profile was viewed without its NEFF (or with the wrong one), "
+    "so neuron-profile wrote no instructions; view it again with the NEFF the run executed "
+    "(`neuron-profile view -n <file.neff> -s <file.ntff> --output-format json`)"
+)
 _FIRST_VALUE_IS_OBJECT = re.compile(rb'^\{\s*"(?:[^"\\]|\\.)*"\s*:\s*\{')
 _SUMMARY_FIELD = re.compile(
     rb'"(?:total_time|total_exec_time|total_active_time|dma_active_time|hbm_read_bytes|cc_op_count'
@@ -91,6 +104,8 @@ def read(path: Path) -> list[RankPart]:
         )
     if any(isinstance(doc.get(t), list) for t in LEGACY_TABLES):
         return [_legacy_part(doc, path, meta)]
+    if isinstance(doc.get("profile_info"), list):
+        raise TraceInputError(path, WRONG_NEFF)
     if doc and all(isinstance(v, dict) for v in doc.values()):
         _set_rank(meta, path, {})
         meta.info["summary_only"] = True
@@ -150,10 +165,13 @@ def _legacy_part(doc: dict, path: Path, meta: S.RankMeta) -> RankPart:
     )
     dma = _timed(table_frame(doc, "dma", path), "dma", path, ("start_ts",))
     cc = _timed(table_frame(doc, "cc_op", path), "cc_op", path, ("start_ts",))
+    if cc is None:  # neuron-profile's own table (``cc_op`` is our extension)
+        cc = _timed(table_frame(doc, "cc_ops", path), "cc_ops", path, ("start_ts",))
     divisor = detect_unit(instr, meta.summary.get("total_time"), meta)
     for frame in (instr, dma, cc):
         to_ns(frame, divisor)
     record_errors(_error_table(doc, path), meta, divisor)
+    _side_tables(doc, metadata, meta, divisor)
     return build_part(
         meta,
         device_of(metadata),
@@ -161,6 +179,38 @@ def _legacy_part(doc: dict, path: Path, meta: S.RankMeta) -> RankPart:
         {"instruction": "instruction", "dma": "dma", "cc": "cc_op"},
         lambda ids, first: _explicit_edges(instr, dma, first, ids, path, meta),
     )
+
+
+def _side_tables(doc: dict, metadata: dict, meta: S.RankMeta, divisor: int) -> None:
+    """What ``metadata``, ``active_time``, ``layer_summary`` and ``profile_info`` say, in
+    ``meta.info``: the graph's total (``last_hw_timestamp`` - ``first_hw_timestamp``, else
+    ``last_hw_timestamp`` of a zero-based profile), active time per engine (interval sums, the
+    engines' own merged rows), per-layer time and the NEFF the profile was viewed with."""
+    last = pd.to_numeric(pd.Series([metadata.get("last_hw_timestamp")]), errors="coerce")[0]
+    first = pd.to_numeric(pd.Series([metadata.get("first_hw_timestamp")]), errors="coerce")[0]
+    if pd.notna(last):
+        total = last - (first if pd.notna(first) else 0)
+        meta.info["graph_total_ns"] = int(total // divisor)
+    active = doc.get("active_time")
+    if isinstance(active, list) and active and all(isinstance(r, dict) for r in active):
+        at = pd.DataFrame(active, columns=["start_ts", "end_ts", "engine"])
+        length = pd.to_numeric(at["end_ts"], errors="coerce") - pd.to_numeric(
+            at["start_ts"], errors="coerce"
+        )
+        per = (length // divisor).groupby(at["engine"].astype(str)).sum()
+        meta.info["active_time_ns"] = {k: int(v) for k, v in per.items()}
+    layers = doc.get("layer_summary")
+    if isinstance(layers, list) and layers and all(isinstance(r, dict) for r in layers):
+        ls = pd.DataFrame(layers, columns=["layer", "duration", "instruction_count"])
+        dur = pd.to_numeric(ls["duration"], errors="coerce") // divisor
+        meta.info["layer_time_ns"] = {
+            str(k): int(v) for k, v in zip(ls["layer"], dur.fillna(0), strict=True)
+        }
+    info = doc.get("profile_info")
+    if isinstance(info, list) and info and isinstance(info[0], dict):
+        for key in ("neff_path", "ntff_path", "profiler_version", "num_executions"):
+            if key in info[0]:
+                meta.info[f"profile_{key}"] = info[0][key]
 
 
 def _error_table(doc: dict, path: Path) -> pd.DataFrame | None:

@@ -34,9 +34,18 @@ RENAMES = {
         "timestamp": "start_ts",
         "duration": "duration_ns",
         "subgroup": "queue_name",
+        "dma_queue": "queue_name",
         "transfer_size": "transfer_bytes",
     },
     "cc_op": {},
+    # neuron-profile's own collectives table (real multi-rank files): ``cc_trigger`` is the
+    # trigger's time (absent for back-to-back collectives).
+    "cc_ops": {
+        "timestamp": "start_ts",
+        "duration": "duration_ns",
+        "cc_trigger": "trigger_start_ts",
+        "cc_trigger_start_delay": "trigger_delay_ns",
+    },
 }
 #: Legacy keys read per table.
 KEYS = {
@@ -45,15 +54,20 @@ KEYS = {
         "nki_source_location", "evt_wait_time", "hbm_read_bytes", "hbm_write_bytes", "raw_flops", "inst_dep_ids",
         "adjusted_flops", "flops_transpose", "operands", "instruction_chain",
     ],
-    "dma": ["timestamp", "duration", "subgroup", "transfer_size", "id", "variable", "engine_idx", "trigger_id", "inst_dep_ids"],
+    "dma": ["timestamp", "duration", "subgroup", "dma_queue", "transfer_size", "id", "variable", "engine_idx", "trigger_id", "inst_dep_ids", "queue_type"],
     "cc_op": [
         "start_ts", "end_ts", "duration_ns", "operation", "algorithm", "dtype", "op_id", "stream_id",
         "trigger_engine", "trigger_start_ts", "input_size", "output_size", "algorithm_bandwidth",
         "bus_bandwidth", "replica_group",
     ],
+    "cc_ops": [
+        "timestamp", "duration", "operation", "algorithm", "dtype", "input_size", "output_size",
+        "replica_group", "trigger_engine", "cc_trigger", "cc_trigger_start_delay", "op_id", "stream_id",
+    ],
 }  # fmt: skip
 #: Integer fields kept exact (ids, device-clock times); other numbers may go through float.
 EXACT = (
+    "trigger_delay_ns",
     "start_ts",
     "end_ts",
     "duration_ns",
@@ -66,7 +80,9 @@ EXACT = (
     "engine_idx",
 )
 #: Fields in the file's time unit (converted to ns when the file is in picoseconds).
-TIME_FIELDS = ("start_ts", "end_ts", "duration_ns", "trigger_start_ts", "evt_wait_time_ns")
+TIME_FIELDS = (
+    "start_ts", "end_ts", "duration_ns", "trigger_start_ts", "trigger_delay_ns", "evt_wait_time_ns"
+)  # fmt: skip
 
 _NAN_LITERAL = re.compile(rb"(?<=[\[:,])(\s*)-?(?:NaN|Infinity)(?=\s*[,\]}])")
 
@@ -115,6 +131,9 @@ def table_frame(doc: dict, table: str, path: Path) -> pd.DataFrame | None:
         frame["engine"] = engine
     elif table == "instruction" and "label" in frame:
         frame["engine"] = frame["label"]
+    if table == "dma" and "dma_queue" in frame and "subgroup" in frame:
+        # Files name the queue ``dma_queue`` or ``subgroup``: one column, either key.
+        frame["dma_queue"] = frame["dma_queue"].astype(object).fillna(frame.pop("subgroup"))
     for key in frame.columns:
         if RENAMES[table].get(key, key) in EXACT:
             frame[key] = exact_ints(frame[key], rows, key, path, table)

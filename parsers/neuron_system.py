@@ -35,7 +35,10 @@ from tracediag.model.assembly import (
 )
 from tracediag.model.errors import TraceInputError
 from tracediag.parsers.neuron_common import ints
+from tracediag.parsers.neuron_events import cc_collectives
 from tracediag.parsers.neuron_part import Piece, finish_part
+from tracediag.parsers.neuron_system_names import COLLECTIVE, HARDWARE_NAMES
+from tracediag.parsers.neuron_system_ranks import WORKER_FIELDS, worker_ranks
 from tracediag.parsers.perfetto_system import (
     CPU_FIELD,
     NC_FIELD,
@@ -72,6 +75,22 @@ def _int_column(df: pd.DataFrame, name: str, path: Path) -> pd.Series:
     return number.astype("Int64")
 
 
+_NEFF_SUFFIX = r"^(\w+)\s+(\S+\.neff)\s*$"
+
+
+def _names(df: pd.DataFrame, keep: np.ndarray, info: dict) -> np.ndarray:
+    """Event names; ``nc_exec_running /tmp/.../x.neff`` becomes ``nc_exec_running`` and the NEFF
+    goes to ``info["neff_paths"]`` (distinct values, once per distinct name)."""
+    raw = pd.Series(pd.Categorical(df["name"].astype(str).to_numpy()[keep]))
+    cats = pd.Series(raw.cat.categories)
+    split = cats.str.extract(_NEFF_SUFFIX)
+    with_neff = split[0].notna()
+    if with_neff.any():
+        info["neff_paths"] = sorted(set(split[1][with_neff]))
+        cats = cats.where(~with_neff, split[0])
+    return cats.to_numpy(dtype=object)[raw.cat.codes.to_numpy()]
+
+
 def system_parts(df: pd.DataFrame, path: Path, fmt: str, info: dict) -> list[RankPart]:
     """One part per worker of a system profile (``df``: see the module docstring)."""
     if not len(df):
@@ -84,53 +103,102 @@ def system_parts(df: pd.DataFrame, path: Path, fmt: str, info: dict) -> list[Ran
     dur = _int_column(df, "duration_ns", path)
     if dur.isna().all() and "end_ts" in df:
         dur = _int_column(df, "end_ts", path) - start
-    gid = _int_column(df, "worker_gid", path)
-    process = _int_column(df, "process_id", path)
-    # A framework event without worker_gid belongs to its process's worker.
-    by_process = gid.groupby(process.fillna(-1).to_numpy()).transform("first")
-    gid = gid.fillna(by_process)
-    orphan = gid.isna().to_numpy()
+    all_rank, rank_source, rank_info = worker_ranks({f: df.get(f) for f in WORKER_FIELDS}, len(df))
+    orphan = all_rank < 0
     if orphan.any():
         counts["events without worker_gid (nor a process with one): skipped"] = int(orphan.sum())
     keep = ~orphan
-    source = df.get("trace_event_source", pd.Series("neuron_rt", index=df.index))
-    source = source.fillna("neuron_rt").astype(str).to_numpy(dtype=object)[keep]
+    info = info | rank_info | {"rank_source": rank_source}
+    name = _names(df, keep, info)
+    source = df.get("trace_event_source", pd.Series(None, index=df.index, dtype=object))
+    source = source.astype(object).to_numpy()[keep]
+    by_name = np.isin(name, HARDWARE_NAMES)
+    source = np.where(pd.isna(source), np.where(by_name, HARDWARE_SOURCE, "neuron_rt"), source)
+    source = source.astype(str).astype(object)
     nc, has_nc = ints(_int_column(df, "nc_idx", path)[keep], int(keep.sum()))
     tid, has_tid = ints(_int_column(df, "thread_id", path)[keep], int(keep.sum()))
-    rank = gid[keep].to_numpy(dtype=np.int64)
+    core, has_core = ints(_int_column(df, "device_core_idx", path)[keep], int(keep.sum()))
+    rank = all_rank[keep]
     hardware = source == HARDWARE_SOURCE
     nc_text = np.where(has_nc, nc.astype(str), "?").astype(object)
     tid_text = np.where(has_tid, tid.astype(str), "?").astype(object)
-    label = "gid" + rank.astype(str).astype(object) + "-nc" + nc_text + "-tid" + tid_text
-    label = label + "-" + source
-    n = len(rank)
+    gids = rank_info.get("worker_gid_of_rank")
+    worker = (
+        "gid" + np.asarray(gids, dtype=np.int64)[rank].astype(str).astype(object)
+        if gids
+        else "rank" + rank.astype(str).astype(object)
+    )
+    label = worker + "-nc" + nc_text + "-tid" + tid_text + "-" + source
+    # LNC>1: one nc_exec_running per physical core; each core keeps its own hardware track.
+    core_text = np.where(has_core, "-core" + core.astype(str).astype(object), "")
+    label = np.where(hardware, worker + "-nc" + nc_text + core_text + "-" + source, label)
+    kind = np.where(hardware, "marker", "host").astype(object)
+    kind[hardware & (name == COLLECTIVE)] = "collective"
+    track_kind = np.where(hardware, "other", "cpu_thread").astype(object)
+    track_kind[kind == "collective"] = "cc_core"
     events = pd.DataFrame(
         {
-            S.KIND: pd.Categorical(np.where(hardware, "marker", "host")),
-            S.NAME: pd.Categorical(df["name"].astype(str).to_numpy()[keep]),
+            S.KIND: pd.Categorical(kind),
+            S.NAME: pd.Categorical(name),
             S.TS: start[keep].array,
             S.DUR: dur[keep].array,
             S.SRC_ID: np.where(*_ids(df, path, keep)),
             TRACK_LABEL: pd.Categorical(label),
-            TRACK_KIND_COL: pd.Categorical(np.where(hardware, "other", "cpu_thread")),
+            TRACK_KIND_COL: pd.Categorical(track_kind),
             TRACK_ENGINE: pd.Categorical(np.where(hardware, "nc", "cpu")),
             TRACK_DEVICE: pd.Categorical("nc" + nc_text),
         }
     )
+    n = len(rank)
     sync = {f: ints(_int_column(df, f, path)[keep], n) for f in (CPU_FIELD, NC_FIELD)}
     timed = events[S.TS].notna().to_numpy()
     clock = pd.DataFrame(
         {
             S.TS: events[S.TS].fillna(0).to_numpy(dtype=np.int64),
             S.NAME: events[S.NAME],
-            TRACK_KIND_COL: events[TRACK_KIND_COL],
+            TRACK_KIND_COL: np.where(hardware, "other", "cpu_thread"),
         }
     )
     hardware_to_host_clock(clock, rank, sync, info)
     events[S.TS] = pd.array(clock[S.TS].to_numpy(), dtype="Int64")
     events.loc[~timed, S.TS] = pd.NA
     edges = _flow_edges(df, keep, events, rank)
-    return _parts(path, fmt, events, edges, rank, counts, {SYNC_INFO: []} | info)
+    operation = _operation(df, keep)
+    return _parts(path, fmt, events, edges, rank, counts, {SYNC_INFO: []} | info, operation)
+
+
+def _operation(df: pd.DataFrame, keep: np.ndarray) -> np.ndarray:
+    """The collective's operation: an ``operation`` field, else in ``extra_attributes_json``."""
+    n = int(keep.sum())
+    op = df["operation"].to_numpy(dtype=object)[keep] if "operation" in df else np.full(n, None)
+    if "extra_attributes_json" in df:
+        extra = df["extra_attributes_json"].astype("string").to_numpy(dtype=object)[keep]
+        found = pd.Series(extra, dtype="string").str.extract(r'"operation"\s*:\s*"([^"]+)"')[0]
+        op = np.where(pd.isna(op), found.to_numpy(dtype=object), op)
+    return op
+
+
+def _collectives(events: pd.DataFrame, operation: np.ndarray, r: int, meta) -> pd.DataFrame:
+    """A rank's ``cc_running`` events as collectives: the k-th of the rank matches the k-th of
+    every other rank (the runtime runs one NEFF's collectives in program order)."""
+    rows = np.flatnonzero(events[S.KIND].to_numpy(dtype=object) == "collective")
+    if not len(rows):
+        return None
+    ts = events[S.TS].to_numpy(dtype=np.float64, na_value=np.nan)[rows]
+    rows = rows[np.argsort(ts, kind="stable")]
+    op = pd.Series(operation[rows], dtype=object).fillna("cc_running").to_numpy()
+    table = pd.DataFrame(
+        {
+            "start_ts": events[S.TS].to_numpy()[rows],
+            "duration_ns": events[S.DUR].to_numpy()[rows],
+            "operation": op,
+            "op_id": np.arange(len(rows), dtype=np.int64),
+        }
+    )
+    out = cc_collectives(table, 0, r, meta)
+    out[S.EVENT] = rows
+    out[S.MATCH_KEY] = "cc_running|" + out[S.SEQ].astype(str)
+    return out
 
 
 def _ids(df: pd.DataFrame, path: Path, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
@@ -155,7 +223,7 @@ def _flow_edges(df: pd.DataFrame, keep: np.ndarray, events: pd.DataFrame, rank) 
     return pd.DataFrame({S.SRC: row[:-1][link], S.DST: row[1:][link]})
 
 
-def _parts(path, fmt, events, edges, rank, counts, info) -> list[RankPart]:
+def _parts(path, fmt, events, edges, rank, counts, info, operation) -> list[RankPart]:
     """One part per worker; flows between workers cannot be kept and are counted."""
     src, dst = edges[S.SRC].to_numpy(np.int64), edges[S.DST].to_numpy(np.int64)
     across = rank[src] != rank[dst]
@@ -168,7 +236,7 @@ def _parts(path, fmt, events, edges, rank, counts, info) -> list[RankPart]:
         meta = S.RankMeta(rank=int(r), sources=[str(path)], format=fmt)
         meta.info.update(info)
         meta.info[SYNC_INFO] = [p for p in info[SYNC_INFO] if p[0] == r]
-        meta.info.update({"rank_source": "worker_gid", "neuron_profile": "system"})
+        meta.info["neuron_profile"] = "system"
         if r == rank.min():
             for reason, n in counts.items():
                 meta.count(reason, n)
@@ -176,6 +244,8 @@ def _parts(path, fmt, events, edges, rank, counts, info) -> list[RankPart]:
         part_edges = pd.DataFrame(
             {S.SRC: local[src[mine]], S.DST: local[dst[mine]], S.EDGE_KIND: "flow"}
         )
-        piece = Piece("system events", events.iloc[rows].reset_index(drop=True))
-        parts.append(finish_part(meta, [piece], [part_edges], None))
+        mine_events = events.iloc[rows].reset_index(drop=True)
+        piece = Piece("system events", mine_events)
+        coll = _collectives(mine_events, operation[rows], int(r), meta)
+        parts.append(finish_part(meta, [piece], [part_edges], coll))
     return parts

@@ -1,12 +1,22 @@
 """Reader of Neuron system-profile JSON (``system_profile.json``).
 
-The document holds ``trace_events`` (runtime and framework events: ``name``, ``timestamp``,
-``duration`` in ns on the host clock, ``group`` like ``nrt-nc-000``, ``instance_id``,
-``process_id``, ``thread_id``, ``lnc_idx``, ``type``, and ``worker_gid``), ``mem_usage`` and
-``cpu_util`` (samples: counted in ``meta.info``, not events). Some ids are strings
-(``"process_id": "1627711"``): they are coerced. Sync points carry ``cpu_timestamp_ns`` and
-``nc_timestamp_ns`` on the event or in its ``args``. Events are mapped by
-:mod:`neuron_system` (ranks from ``worker_gid``).
+Two layouts (neuron-real-output.md):
+
+- ``neuron-explorer view --output-format json`` (SDK 2.22 and later): events under
+  ``trace_event`` (``name``, ``timestamp``, ``duration`` in ns on the host clock,
+  ``timestamp_unit``, ``exec_id``, ``model_id``, ``device_core_idx``, ``lnc_idx``, ``nc_idx``,
+  ``process_id`` as a string, ``model_name``, often ``instance_id``, ``thread_id``,
+  ``trace_event_source``, ``flow_id``, ``extra_attributes_json``; no ``worker_gid``) and device
+  memory samples under ``device_mem_usage`` (``hbm_idx``, ``total_bytes``,
+  ``dram_spill_bytes``, ...);
+- the pre-2.22 layout: ``trace_events`` (``group`` like ``nrt-nc-000``, numeric ``type``, ids
+  as strings), ``mem_usage`` and ``cpu_util``.
+
+Samples are summarised in ``meta.info`` (counts; per-rank peak device memory and DRAM spill),
+not events. Ids and times may be strings: they are coerced. Sync points carry
+``cpu_timestamp_ns`` and ``nc_timestamp_ns`` on the event or in its ``args``. Events are mapped
+by :mod:`neuron_system`, ranks by :mod:`neuron_system_ranks` (``worker_gid`` when given, else
+instance, process and NeuronCore).
 """
 
 from __future__ import annotations
@@ -24,13 +34,17 @@ from tracediag.parsers.neuron_system import HARDWARE_SOURCE, system_parts
 from tracediag.parsers.perfetto_system import CPU_FIELD, NC_FIELD
 
 FORMAT = "neuron-system-json"
-_KEY = re.compile(rb'^\s*\{[^\[]{0,2000}?"trace_events"\s*:\s*\[', re.DOTALL)
+#: The hardware a profile that names none ran on (the documented default target).
+DEFAULT_HARDWARE = "trn1"
+_KEY = re.compile(rb'^\s*\{[^\[]{0,2000}?"trace_events?"\s*:\s*\[', re.DOTALL)
+#: The event list: the current name first, then the pre-2.22 one.
+EVENT_KEYS = ("trace_event", "trace_events")
 _NC_OF_GROUP = r"nc-0*(\d+)"
 _RENAMES = {"timestamp": "start_ts", "duration": "duration_ns", "type": "trace_event_source"}
 
 
 def sniff(path: Path) -> bool:
-    """A JSON object whose first keys include ``trace_events`` (a list)."""
+    """A JSON object whose first keys include ``trace_event`` or ``trace_events`` (a list)."""
     path = Path(path)
     if not path.is_file():
         return False
@@ -48,12 +62,13 @@ def read(path: Path) -> list[RankPart]:
         doc = orjson.loads(read_bytes(path))
     except orjson.JSONDecodeError as exc:
         raise TraceInputError(path, f"invalid JSON at byte {exc.pos}: {exc.msg}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("trace_events"), list):
-        raise TraceInputError(path, "field 'trace_events' is not a list of events")
-    rows = doc["trace_events"]
+    key = next((k for k in EVENT_KEYS if isinstance(doc, dict) and k in doc), EVENT_KEYS[1])
+    if not isinstance(doc, dict) or not isinstance(doc.get(key), list):
+        raise TraceInputError(path, f"field {key!r} is not a list of events")
+    rows = doc[key]
     bad = next((i for i, r in enumerate(rows) if not isinstance(r, dict)), None)
     if bad is not None:
-        raise TraceInputError(path, f"trace_events[{bad}] is not an object")
+        raise TraceInputError(path, f"{key}[{bad}] is not an object")
     # Objects, not inferred dtypes: a column with gaps would become float64 and round ns times.
     df = pd.DataFrame(rows, dtype=object).rename(columns=_RENAMES)
     if "args" in df:  # sync-point clocks inside args
@@ -72,7 +87,36 @@ def read(path: Path) -> list[RankPart]:
         hardware = source.str.contains("hw|hardware", regex=True)
         df["trace_event_source"] = source.where(~hardware, HARDWARE_SOURCE)
     info = {
+        "system_profile_layout": key,
         "cpu_util_samples": len(doc.get("cpu_util") or []),
         "mem_usage_samples": len(doc.get("mem_usage") or []),
     }
-    return system_parts(df, path, FORMAT, info)
+    parts = system_parts(df, path, FORMAT, info)
+    _device_memory(doc.get("device_mem_usage"), parts, path)
+    return parts
+
+
+def _device_memory(rows: object, parts: list[RankPart], path: Path) -> None:
+    """``device_mem_usage`` samples: their count, and per HBM of each instance the peak
+    ``total_bytes`` and ``dram_spill_bytes`` (``meta.info["device_memory"]`` of the first
+    part: samples name an HBM, not a worker)."""
+    if rows is None:
+        return
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise TraceInputError(path, "field 'device_mem_usage' is not a list of samples")
+    mem = pd.DataFrame(rows)
+    info = parts[0].meta.info
+    info["device_mem_usage_samples"] = len(mem)
+    keys = [k for k in ("instance_id", "device_idx", "hbm_idx") if k in mem]
+    sizes = [k for k in ("total_bytes", "dram_spill_bytes") if k in mem]
+    if not len(mem) or not sizes:
+        return
+    for k in sizes + [k for k in keys if k != "instance_id"]:
+        mem[k] = pd.to_numeric(mem[k].astype("string"), errors="coerce")
+    peak = mem.groupby(keys, dropna=False)[sizes].max() if keys else mem[sizes].max().to_frame().T
+    info["device_memory"] = [
+        {**dict(zip(keys, idx if isinstance(idx, tuple) else (idx,), strict=True)), **vals}
+        for idx, vals in zip(peak.index, peak.astype("Int64").to_dict("records"), strict=True)
+    ]
+    spill = int(pd.to_numeric(mem.get("dram_spill_bytes"), errors="coerce").fillna(0).max())
+    info["device_dram_spill_bytes_max"] = spill

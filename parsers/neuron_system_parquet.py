@@ -29,6 +29,8 @@ from tracediag.parsers.neuron_system import system_parts
 from tracediag.parsers.perfetto_system import CPU_FIELD, NC_FIELD
 
 FORMAT = "neuron-system-parquet"
+#: The hardware a profile that names none ran on (the documented default target).
+DEFAULT_HARDWARE = "trn1"
 TABLE = "SystemProfileEvents"
 #: Device tables: a directory holding one is a device profile (the Parquet reader's).
 _DEVICE_TABLES = ("Instruction", "DmaPacket", "DmaPacketAggregated", "CcOp")

@@ -47,7 +47,9 @@ _SEMAPHORE = re.compile(r"^\s*S\[\d+\]")
 #: Collectives: ``CC Stream <n> - Row <k>`` (the convention of our generator; Neuron's own
 #: output does not document collective tracks).
 _CC_ROW = re.compile(r"^\s*CC\s+Stream\s+(\d+)\s*-\s*Row\s*(\d+)\s*$", re.IGNORECASE)
-_SYSTEM_THREAD = re.compile(r"^gid(\d+)-nc(\d+)-tid(\d+)-(\w+)$")
+#: Neuron system threads: ``gid33-nc1-tid4-neuron_rt``, ``gid0-nrt-nc0-tid2077393-neuron_rt``,
+#: ``nrt-nc0-tid200692-neuron_rt`` (the gid is optional; :mod:`perfetto_system` ranks them).
+_SYSTEM_THREAD = re.compile(r"^(?:gid(\d+)-)?(?:nrt-)?nc(\d+)-tid(\d+)-(\w+)$")
 #: Process names of our export: one process per rank, and one for the findings.
 RANK_PROCESS = re.compile(r"^rank (\d+)$")
 FINDINGS_PROCESS = "tracediag findings"
@@ -117,7 +119,8 @@ def _describe(uuid: int, info: dict, default_rank: int) -> tuple:
         hardware = source == "neuron_hw"
         return (
             uuid, name, "other" if hardware else "cpu_thread", "nc" if hardware else "cpu",
-            f"nc{nc}", "marker" if hardware else "host", int(gid), "",
+            f"nc{nc}", "marker" if hardware else "host",
+            default_rank if gid is None else int(gid), "",
         )  # fmt: skip
     process = _ancestor(uuid, info, lambda r: bool(r.process))
     if process is not None and info[process].process == FINDINGS_PROCESS:

@@ -202,11 +202,13 @@ def test_events_without_worker_gid_take_their_process_worker(tmp_path):
     ]  # fmt: skip
     path = _write(tmp_path / "system_profile.json", orjson.dumps({"trace_events": events}))
     (part,) = neuron_system_json.read(path)
-    assert part.meta.rank == 5
+    # Ranks are the workers in worker_gid order: the only worker is rank 0, gid 5 is kept.
+    assert part.meta.rank == 0
+    assert part.meta.info["worker_gid_of_rank"] == [5]
     assert part.meta.repairs == {"events without worker_gid (nor a process with one): skipped": 1}
     ev = part.events.assign(name=part.events["name"].astype(str)).set_index("name")
     assert ev.at["train_step", "kind"] == "host"
     assert ev.at["train_step", "track_label"] == "gid5-nc?-tid8-framework"
     # No sync point: the hardware event keeps its time (it cannot be moved), as a marker.
     assert (ev.at["nc_exec_running", "kind"], ev.at["nc_exec_running", "ts_ns"]) == ("marker", 1010)
-    assert ev.at["nc_exec_running", "track_label"] == "gid5-nc1-tid8-neuron_hw"
+    assert ev.at["nc_exec_running", "track_label"] == "gid5-nc1-neuron_hw"
