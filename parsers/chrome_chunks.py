@@ -7,7 +7,9 @@ text nor its decoded objects are ever held whole. The cuts need no JSON scanner:
 after ``},`` where the next ``{`` follows, and a cut in the wrong place (inside a string, or
 inside a nested array of objects) leaves the piece before it with an open string or bracket,
 which the decoder refuses; the caller then joins that piece, the separator handed out with it
-and the next piece, and decodes again. A document this module cannot place (no top-level
+and the next piece, and decodes again. The end of the array is found from the document's tail
+(Kineto writes kilobytes of other keys after it, whose values hold ``]`` in strings and arrays
+of objects: see :func:`_events_end`). A document this module cannot place (no top-level
 ``traceEvents`` array, a damaged tail) raises :class:`NotPlain`, and the caller decodes the
 whole document instead.
 """
@@ -22,14 +24,19 @@ from typing import BinaryIO
 
 import orjson
 
+from tracediag.parsers.chrome_decode import count_huge_ints
+
 # The array of events of a {"traceEvents": [...]} document (the key checked to be top level).
 _TRACE_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
 # A boundary between two event objects of the array: the cut lies after the comma.
 _BETWEEN_EVENTS = re.compile(rb"\}\s*,\s*(?=\{)")
 _LEADING_SPACE = re.compile(rb"[\xef\xbb\xbf \t\r\n]*")
 _EMPTY_OBJECT_AT_END = re.compile(rb"\{\s*\}\s*\Z")
-# How many ']' from the end are tried as the end of the event array before giving up.
-_MAX_END_CANDIDATES = 8
+# A ']' that closes an array whose last entry is an object: where an event array can end.
+_CLOSE_AFTER_OBJECT = re.compile(rb"\}\s*\]")
+# How many such closes from the end are tried as the end of the event array (the keys after
+# it, e.g. Kineto's deviceProperties, hold a few arrays of objects: more means NotPlain).
+_MAX_END_CANDIDATES = 64
 # How much is read at a time when looking for a cut in a file (most events are far smaller).
 _WINDOW_BYTES = 64 << 10
 # How far into the document "traceEvents" is looked for (Kineto puts kilobytes before it).
@@ -45,15 +52,17 @@ class Pieces:
 
     Iterate for ``(run, separator)`` pairs: ``run`` is ``b"[{...}, {...}]"``, a JSON array of
     whole events, and ``separator`` the bytes between its last event and the next run's first
-    (``b""`` after the last run; see :func:`join_runs`). Afterwards ``metadata`` holds the document's other keys and
-    ``ends_with_empty_object`` whether the last event is the ``{}`` trace-viewer JSON ends with.
-    Raises :class:`NotPlain` while iterating.
+    (``b""`` after the last run; see :func:`join_runs`). Afterwards ``metadata`` holds the
+    document's other keys, ``huge_ints`` the integers beyond 64 bits among them (as
+    :func:`count_huge_ints` counts) and ``ends_with_empty_object`` whether the last event is
+    the ``{}`` trace-viewer JSON ends with. Raises :class:`NotPlain` while iterating.
     """
 
     def __init__(self, stream: BinaryIO, piece_bytes: int) -> None:
         self.stream = stream
         self.piece_bytes = piece_bytes
         self.metadata: dict = {}
+        self.huge_ints = 0
         self.ends_with_empty_object = False
 
     def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
@@ -75,10 +84,11 @@ class Pieces:
                 )
                 pos, cut = found.end(), True
             del buf[:pos]
-        ends = _events_end(bytes(buf), prefix, bare_list)
+        ends = _events_end(bytes(buf), prefix, bare_list, at_array_start=not cut)
         if ends is None:
             raise NotPlain
         close, self.metadata = ends
+        self.huge_ints = count_huge_ints(prefix + b"[]" + bytes(buf[close + 1 :]))
         if buf[:close].strip():
             last = _bracketed(buf, 0, close)
             self.ends_with_empty_object = _ends_with_empty_object(last)
@@ -100,6 +110,7 @@ class Spans:
         self.path = path
         self.piece_bytes = piece_bytes
         self.metadata: dict = {}
+        self.huge_ints = 0
         self.ends_with_empty_object = False
 
     def __iter__(self) -> Iterator[tuple[tuple[int, int] | bytes, bytes]]:
@@ -117,10 +128,11 @@ class Spans:
                 start, cut = next_start, True
             stream.seek(start)
             tail = stream.read()
-        ends = _events_end(tail, prefix, bare_list)
+        ends = _events_end(tail, prefix, bare_list, at_array_start=not cut)
         if ends is None:
             raise NotPlain
         close, self.metadata = ends
+        self.huge_ints = count_huge_ints(prefix + b"[]" + tail[close + 1 :])
         if tail[:close].strip():
             last = b"".join((b"[", tail[:close], b"]"))
             self.ends_with_empty_object = _ends_with_empty_object(last)
@@ -207,25 +219,36 @@ def _ends_with_empty_object(run: bytes) -> bool:
     return before == 0 or text[before - 1] == ord(",")
 
 
-def _events_end(tail: bytes, prefix: bytes, bare_list: bool) -> tuple[int, dict] | None:
-    """Position in ``tail`` of the ``]`` closing the event array, and the document's other keys:
-    the last ``]`` after which the rest makes valid JSON with the prefix (a key's value after
-    the array may hold ``]`` too; a wrong choice leaves the last run undecodable)."""
-    end = len(tail)
-    for _ in range(_MAX_END_CANDIDATES):
-        close = tail.rfind(b"]", 0, end)
-        if close < 0:
-            return None
+def _events_end(
+    tail: bytes, prefix: bytes, bare_list: bool, at_array_start: bool
+) -> tuple[int, dict] | None:
+    """Position in ``tail`` of the ``]`` closing the event array, and the document's other keys.
+
+    The array ends with an event object, so its ``]`` follows a ``}`` (or, when the tail starts
+    right after the ``[`` (``at_array_start``), it may be empty). Of the last such closes, the
+    leftmost after which the rest makes valid JSON with the prefix is the one: a close inside
+    an event leaves the rest closing the event and the array too (invalid), while a close
+    further right, inside a later key's value (``"deviceProperties": [{...}]``), may leave
+    valid JSON but cannot be the leftmost. None when no close fits.
+    """
+    candidates = [m.end() - 1 for m in _CLOSE_AFTER_OBJECT.finditer(tail)]
+    if at_array_start:
+        start = _LEADING_SPACE.match(tail).end()  # (also skips a BOM: not JSON either way)
+        if tail[start : start + 1] == b"]":
+            candidates.insert(0, start)
+    found = None
+    for close in reversed(candidates[-_MAX_END_CANDIDATES:]):
         rest = tail[close + 1 :]
         if bare_list:
-            return (close, {}) if not rest.strip() else None
+            if rest.strip():
+                return found
+            found = (close, {})
+            continue
         try:
             metadata = orjson.loads(prefix + b"[]" + rest)
         except orjson.JSONDecodeError:
-            end = close
             continue
-        if not isinstance(metadata, dict):
-            return None
-        metadata.pop("traceEvents", None)
-        return close, metadata
-    return None
+        if isinstance(metadata, dict):
+            metadata.pop("traceEvents", None)
+            found = (close, metadata)
+    return found

@@ -3,8 +3,9 @@
 :func:`decode_run` decodes one run of events (:mod:`chrome_chunks` cuts them, :mod:`chrome_stream`
 schedules them) with msgspec into small typed records holding only the keys tracediag reads
 (others are skipped while parsing, not built), and turns it into columns at once: peak memory is
-the columns plus one piece, not a dict per event. Documents outside that path (not the plain
-layout, NaN or integers beyond 64 bits, invalid JSON) go through :func:`read_whole`, one
+the columns plus one piece, not a dict per event (a run holding integers beyond 64 bits is
+decoded by orjson instead, as the whole document would be). Documents outside that path (not
+the plain layout, NaN literals, invalid JSON) go through :func:`read_whole`, one
 :func:`chrome_decode.decode` whose error messages and repairs are the reference; both end in the
 same :class:`EventColumns`, built by the same code from per-piece object arrays, so their
 results are identical.
@@ -27,9 +28,10 @@ from typing import Any
 
 import msgspec
 import numpy as np
+import orjson
 import pandas as pd
 
-from tracediag.parsers.chrome_decode import Decoded, count_huge_ints, decode, paused_gc
+from tracediag.parsers.chrome_decode import HUGE_INTS, Decoded, count_huge_ints, decode, paused_gc
 
 # args keys read as numbers (float64, NaN where absent or not a number) ...
 NUMBER_ARGS = (
@@ -148,6 +150,16 @@ class Unfit(Exception):
     """The document is not for the piecewise path (it is decoded whole instead)."""
 
 
+@dataclass(frozen=True)
+class Refused:
+    """A run the decoder refused. ``truncated``: it ends inside a string or a nested value, as
+    the run before a misplaced cut does (the caller joins it with the next run); else the run
+    is wrong in itself (a NaN literal, damage), or it is the run after a misplaced cut (joined
+    to the one before, never read alone)."""
+
+    truncated: bool
+
+
 @dataclass
 class ArgColumns:
     """The ``args`` keys tracediag reads, per event position (see the module docstring)."""
@@ -216,12 +228,13 @@ def _sparse_at(sparse: tuple[np.ndarray, np.ndarray], pos: np.ndarray) -> np.nda
     return out
 
 
-def decode_run(path: Path, text: bytes) -> ColumnBuilder | None:
+def decode_run(path: Path, text: bytes) -> ColumnBuilder | Refused:
     """The columns of one run of whole events (``b"[{...}, {...}]"``) of the document at
-    ``path``, as a builder of one piece; None when the run does not decode (a misplaced cut: the
-    caller joins it with the next run). Raises :class:`Unfit` for integers beyond 64 bits."""
-    if count_huge_ints(text):
-        raise Unfit  # msgspec reads them exactly; the whole-document path counts them
+    ``path``, as a builder of one piece, or :class:`Refused` when the run does not decode.
+
+    A run with integers beyond 64 bits is decoded by orjson, as the whole document is (msgspec
+    reads them exactly, orjson as floats), and they are counted; raises :class:`Unfit` when
+    orjson refuses them (older versions do: the whole-document path quotes them)."""
     with paused_gc():
         access = _TYPED
         try:
@@ -229,10 +242,20 @@ def decode_run(path: Path, text: bytes) -> ColumnBuilder | None:
                 entries = _TYPED_DECODER.decode(text)
             except msgspec.ValidationError:  # not numbers where numbers are expected
                 access, entries = _STRUCTS, _DECODER.decode(text)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return None
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return Refused(truncated="truncated" in str(exc))  # msgspec: "Input data was truncated"
         builder = ColumnBuilder()
-        builder._add(Decoded(path, text, {}, entries), access)
+        huge = count_huge_ints(text)
+        if huge:
+            del entries
+            try:
+                entries = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                raise Unfit from None
+            builder.rewritten[HUGE_INTS] = huge
+            builder.add_dicts(Decoded(path, text, {}, entries, {HUGE_INTS: huge}))
+        else:
+            builder._add(Decoded(path, text, {}, entries), access)
         return builder
 
 
@@ -261,6 +284,7 @@ class ColumnBuilder:
         self.counts: dict[str, int] = {}
         self.n = 0  # objects added
         self.entries = 0  # entries added, objects or not
+        self.rewritten: dict[str, int] = {}  # literals not read as written, by reason
 
     def extend(self, other: ColumnBuilder) -> None:
         """Append the pieces of ``other`` (built from the runs that follow this one's)."""
@@ -276,6 +300,8 @@ class ColumnBuilder:
                 sparse.values += theirs[key].values
         for reason, n in other.counts.items():
             _count(self.counts, reason, n)
+        for reason, n in other.rewritten.items():
+            _count(self.rewritten, reason, n)
         self.n += other.n
         self.entries += other.entries
 
@@ -349,7 +375,11 @@ class ColumnBuilder:
                 self.values[key].add(_array(values, len(some)), self.n, with_args[some])
 
     def finish(self, metadata: dict, rewritten: dict, drop_terminator: bool) -> EventColumns:
-        """The columns of everything added; ``drop_terminator`` drops a final ``{}`` event."""
+        """The columns of everything added; ``drop_terminator`` drops a final ``{}`` event.
+        ``rewritten``: the literals of the document outside the pieces, counted by reason."""
+        rewritten = dict(rewritten)
+        for reason, n in self.rewritten.items():
+            _count(rewritten, reason, n)
         dropped = 1 if drop_terminator and self.n else 0
         n = self.n - dropped
         cut = slice(0, n)
@@ -366,7 +396,7 @@ class ColumnBuilder:
                 {k: s.finish(n) for k, s in self.values.items()},
             ),
             entries=self.entries - dropped,
-            rewritten=dict(rewritten),
+            rewritten=rewritten,
             counts=self.counts,
         )
 

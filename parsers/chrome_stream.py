@@ -5,19 +5,22 @@ window at each cut (:class:`chrome_chunks.Spans`), and whoever decodes a run rea
 itself; a compressed file or given bytes are streamed (:class:`chrome_chunks.Pieces`). Every
 run of events is decoded to columns (:func:`chrome_columns.decode_run`). Decoding is most
 of a big trace's reading time and pieces are independent, so when the loader allows two or more
-processes (:func:`tracediag.loading.read_units.helper_processes`, from ``--jobs``) a pool of that many
+processes (:func:`tracediag.io.worker_pool.helper_processes`, from ``--jobs``) a pool of that many
 decodes them: runs go to it while each helper has fewer than three in hand (this process,
 which streams the file and joins the results, decodes a run itself only when they are all
-busy), and the results are appended in document order. A run that does not decode (a cut inside a string) is joined
-with the next one and decoded again here. Anything the piecewise path cannot take is read whole
-(:func:`chrome_columns.read_whole`), which also words the errors.
+busy), and the results are appended in document order. A run that does not decode because it
+ends inside a string or nested value (a cut inside one) is joined with the next one and
+decoded again here. Anything the piecewise path cannot take (a run wrong in itself, a layout
+:mod:`chrome_chunks` cannot place) is read whole (:func:`chrome_columns.read_whole`), which
+also words the errors; every such second decoding is counted in :data:`FALLBACKS`, by reason,
+for the benchmarks to show.
 """
 
 from __future__ import annotations
 
 import io
 import zlib
-from collections import deque
+from collections import Counter, deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -25,16 +28,18 @@ from pathlib import Path
 from typing import BinaryIO
 
 from tracediag.io import files as fileio
+from tracediag.io import worker_pool
 from tracediag.io.release_memory import release_free_memory
-from tracediag.loading import read_units as parallel
 from tracediag.parsers import chrome_chunks
 from tracediag.parsers.chrome_columns import (
     ColumnBuilder,
     EventColumns,
+    Refused,
     Unfit,
     decode_run,
     read_whole,
 )
+from tracediag.parsers.chrome_decode import HUGE_INTS
 
 _PIECE_BYTES = 4 << 20
 # Helpers start once this many runs were seen: a small trace is not worth a process.
@@ -44,16 +49,19 @@ _POOL_AFTER_RUNS = 1
 _IN_HAND_PER_HELPER = 3
 # Runs waiting for their result before this process waits for the oldest.
 _MAX_WAITING = 6
+#: Documents of this process read whole after the piecewise path gave up, by reason (the
+#: exception's name): each cost a second decoding. The benchmarks print it.
+FALLBACKS: Counter[str] = Counter()
 
 
 @dataclass
 class _Slot:
     """A run handed out, with the separator after it and its result (a future while a helper
-    decodes it; None when it did not decode)."""
+    decodes it)."""
 
     run: bytes | tuple[int, int]  # the run's text, or its span of the file (chrome_chunks)
     separator: bytes
-    result: Future | ColumnBuilder | None
+    result: Future | ColumnBuilder | Refused
 
 
 def read_columns(
@@ -64,15 +72,16 @@ def read_columns(
 
     Raises :class:`TraceInputError` as :func:`chrome_decode.decode` does for unusable documents.
     """
-    helpers = parallel.helper_processes()
+    helpers = worker_pool.helper_processes()
     piece_bytes = piece_bytes or _PIECE_BYTES
     try:
         if data is None and not fileio.is_gzip(path):  # runs read where they are decoded
             return _read_in_pieces(path, chrome_chunks.Spans(path, piece_bytes), helpers)
         with _open(path, data) as stream:
             return _read_in_pieces(path, chrome_chunks.Pieces(stream, piece_bytes), helpers)
-    except (Unfit, chrome_chunks.NotPlain, OSError, EOFError, zlib.error):
-        pass  # the whole-document path reads again and says what is wrong, if anything
+    except (Unfit, chrome_chunks.NotPlain, OSError, EOFError, zlib.error) as exc:
+        FALLBACKS[type(exc).__name__] += 1  # the whole-document path reads again and says
+        # what is wrong, if anything
     return read_whole(path, fileio.read_bytes(path) if data is None else data)
 
 
@@ -80,7 +89,7 @@ def _open(path: Path, data: bytes | None) -> BinaryIO:
     return io.BytesIO(data) if data is not None else fileio.open_content(path)
 
 
-def decode_piece(path: Path, run: bytes | tuple[int, int]) -> ColumnBuilder | None:
+def decode_piece(path: Path, run: bytes | tuple[int, int]) -> ColumnBuilder | Refused:
     """:func:`decode_run` of a run given as its text or as its span of the file."""
     return decode_run(path, _text(path, run))
 
@@ -105,7 +114,7 @@ def _read_in_pieces(
     try:
         for i, (run, separator) in enumerate(pieces):
             if helpers > 1 and pool is None and i >= _POOL_AFTER_RUNS:
-                pool = ProcessPoolExecutor(helpers, mp_context=parallel.start_context())
+                pool = ProcessPoolExecutor(helpers, mp_context=worker_pool.start_context())
             result = None
             if pool is not None and _in_hand(waiting) < _IN_HAND_PER_HELPER * helpers:
                 try:
@@ -121,7 +130,10 @@ def _read_in_pieces(
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
-    columns = builder.finish(pieces.metadata, {}, drop_terminator=pieces.ends_with_empty_object)
+    outside = {HUGE_INTS: pieces.huge_ints} if pieces.huge_ints else {}
+    columns = builder.finish(
+        pieces.metadata, outside, drop_terminator=pieces.ends_with_empty_object
+    )
     del builder
     release_free_memory()  # the pieces' arrays, copied into the joined columns
     return columns
@@ -142,7 +154,10 @@ def _append_ready(waiting: deque[_Slot], builder: ColumnBuilder, path: Path, fin
                 head.result = head.result.result()
             except BrokenProcessPool:  # the helper died (memory?): decode the run here
                 head.result = decode_piece(path, head.run)
-        if head.result is None:  # a cut inside a string or nested array: join the next run
+        if isinstance(head.result, Refused):
+            if not head.result.truncated:  # wrong in itself: no join can mend it
+                raise Unfit
+            # A cut inside a string or nested array: join the next run.
             if len(waiting) < 2:
                 if final:
                     raise Unfit

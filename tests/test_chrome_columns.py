@@ -10,13 +10,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.chrome_helpers import TRACES
 from tracediag.model.errors import TraceInputError
-from tracediag.parsers import chrome_chunks, chrome_json
+from tracediag.parsers import chrome_chunks, chrome_json, chrome_stream
 from tracediag.parsers.chrome_columns import EventColumns, read_whole
-from tracediag.parsers.chrome_decode import count_huge_ints
+from tracediag.parsers.chrome_decode import _HUGE_INT, HUGE_INTS, count_huge_ints, huge_int_literals
 from tracediag.parsers.chrome_stream import read_columns
 
 SAMPLES = Path(__file__).parents[1] / "sample_traces"
+
+
+@pytest.fixture
+def fallbacks():
+    """How many documents fell back to the whole-document decoding since the test began."""
+    before = sum(chrome_stream.FALLBACKS.values())
+    return lambda: sum(chrome_stream.FALLBACKS.values()) - before
 
 
 def assert_same(a: EventColumns, b: EventColumns) -> None:
@@ -111,7 +119,7 @@ def documents() -> dict[str, bytes]:
 
 @pytest.mark.parametrize("name", list(documents()))
 @pytest.mark.parametrize("piece_bytes", [64, 997, 20_000])
-def test_pieces_decode_as_the_whole_document(name, piece_bytes):
+def test_pieces_decode_as_the_whole_document(name, piece_bytes, fallbacks):
     data = documents()[name]
     path = Path(name)
     if piece_bytes < 1000:
@@ -120,6 +128,7 @@ def test_pieces_decode_as_the_whole_document(name, piece_bytes):
     if "/" in name:  # from the file itself, streamed
         sample = SAMPLES / name.split("/")[0] / "chrome" / name.split("/")[1]
         assert_same(read_columns(sample, None, piece_bytes), read_whole(path, data))
+    assert fallbacks() == 0  # read in pieces, not decoded twice
 
 
 @pytest.mark.parametrize("name", list(documents()))
@@ -206,14 +215,14 @@ def test_reader_results_do_not_depend_on_piece_size(monkeypatch):
 def test_helper_processes_decoding_pieces_change_nothing(name, monkeypatch):
     """With two helper processes (as the loader allows by --jobs) the pieces are decoded by
     them and appended in order: same columns as the whole document."""
-    monkeypatch.setattr("tracediag.loading.read_units.helper_processes", lambda: 2)
+    monkeypatch.setattr("tracediag.io.worker_pool.helper_processes", lambda: 2)
     data = documents()[name]
     assert_same(read_columns(Path(name), data, 512), read_whole(Path(name), data))
 
 
 @pytest.mark.parametrize("on_disk", [False, True])
 def test_misplaced_cuts_are_joined_when_a_helper_decodes_too(on_disk, tmp_path, monkeypatch):
-    monkeypatch.setattr("tracediag.loading.read_units.helper_processes", lambda: 2)
+    monkeypatch.setattr("tracediag.io.worker_pool.helper_processes", lambda: 2)
     events = [event(i, args={"s": "}, {", "l": [{"a": i}, {"b": i}]}) for i in range(300)]
     data = json.dumps({"traceEvents": events}).encode()
     assert_same_outcome(tmp_path / "t.json", data, 300, on_disk=on_disk)
@@ -243,3 +252,119 @@ def test_integers_beyond_64_bits_are_found_at_every_alignment(digits):
         assert count_huge_ints(text) == (1 if digits >= 20 else 0), offset
     # Digit-dense text with no long run is passed by the pre-check without a full scan.
     assert count_huge_ints(b"1234567890123456789," * 1000) == 0
+
+
+def _kineto_tail(events: list[dict]) -> bytes:
+    """A document laid out as Kineto writes it: keys after the events whose values hold ']' in
+    strings (log lines) and arrays of objects (deviceProperties), as the real MTIA and H100
+    traces have."""
+    head = json.dumps({"schemaVersion": 1, "deviceProperties": [{"id": 0}, {"id": 1}]})[:-1]
+    return (
+        head.encode()
+        + b', "traceEvents": [\n'
+        + b",\n".join(json.dumps(e).encode() for e in events)
+        + b"\n],\n"
+        + json.dumps(
+            {
+                "deviceProperties": [{"id": 0, "name": "A]"}, {"id": 1}],
+                "distributedInfo": {"pg_config": [{"ranks": [0, 1]}, {"ranks": [2]}]},
+                "INFO": [f"INFO:2024-02-08 Profiler.cpp:{i}] line {i}" for i in range(40)],
+                "traceName": "x.json",
+            }
+        )[1:].encode()
+    )
+
+
+@pytest.mark.parametrize("on_disk", [False, True])
+@pytest.mark.parametrize("piece_bytes", [300, 20_000])
+def test_keys_after_the_events_are_found_without_a_second_decoding(
+    on_disk, piece_bytes, tmp_path, fallbacks
+):
+    """The array's end is told from ']' inside the later keys' values (more than a few of
+    them): the document is read in pieces, not read again whole."""
+    events = [event(i) for i in range(60)]
+    events[30:30] = TRICKY
+    data = _kineto_tail(events)
+    assert data.count(b"]", data.rindex(b'"INFO"')) > 40
+    assert_same_outcome(tmp_path / "t.json", data, piece_bytes, on_disk=on_disk)
+    columns = read_columns(tmp_path / "t.json", None if on_disk else data, piece_bytes)
+    assert fallbacks() == 0
+    assert columns.metadata["traceName"] == "x.json" and len(columns.metadata["INFO"]) == 40
+    assert columns.entries == 60 + len(TRICKY)
+
+
+@pytest.mark.parametrize("piece_bytes", [64, 997])
+def test_empty_event_arrays_with_keys_after_are_read_in_pieces(piece_bytes, fallbacks):
+    data = b'{"a": [{"b": 1}], "traceEvents": [ ], "c": [{"d": 2}]}'
+    columns = read_columns(Path("e.json"), data, piece_bytes)
+    assert (columns.entries, columns.metadata) == (0, {"a": [{"b": 1}], "c": [{"d": 2}]})
+    assert fallbacks() == 0
+
+
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_integers_beyond_64_bits_are_read_in_pieces_as_whole(on_disk, tmp_path, fallbacks):
+    """Runs holding them are decoded as the whole document is (orjson: as floats) and they
+    are counted, those among the keys after the events too."""
+    events = [event(i) for i in range(200)]
+    events[20]["args"]["Comms Id"] = 123456789012345678901234  # 24 digits
+    events[150]["pid"] = -98765432109876543210
+    events[151]["args"]["External id"] = 18446744073709551615  # 2**64 - 1: still exact
+    doc = {"traceEvents": events, "distributedInfo": {"rank": 3, "id": 10**21}}
+    data = json.dumps(doc).encode()
+    assert_same_outcome(tmp_path / "t.json", data, 997, on_disk=on_disk)
+    columns = read_columns(tmp_path / "t.json", None if on_disk else data, 997)
+    assert fallbacks() == 0
+    assert columns.rewritten == {HUGE_INTS: 3}
+    assert columns.metadata["distributedInfo"]["id"] == 1e21
+    # Read as a float, as orjson reads the whole document: its digits are not all kept.
+    assert str(int(float(-98765432109876543210))) in list(columns.text["pid"].categories)
+
+
+def test_a_run_wrong_in_itself_is_read_whole_at_once(monkeypatch, fallbacks):
+    """A NaN literal in the first run: no join can mend it, so the runs after it are not joined
+    on (each join decoding all of them again) before the whole document is read."""
+    events = [event(i) for i in range(400)]
+    data = json.dumps({"traceEvents": events}).encode().replace(b'"dur": 3.5', b'"dur": NaN', 1)
+    decoded = []
+    real = chrome_stream.decode_run
+
+    def counting(path, text):
+        decoded.append(len(text))
+        return real(path, text)
+
+    monkeypatch.setattr(chrome_stream, "decode_run", counting)
+    columns = read_columns(Path("nan.json"), data, 997)
+    assert columns.rewritten == {"NaN/Infinity literals read as null": 1}
+    assert fallbacks() == 1 and chrome_stream.FALLBACKS["Unfit"] >= 1
+    assert sum(decoded) < 2 * len(data)  # before: ~ runs^2 / 2 times the run size
+
+
+def test_huge_int_literals_are_those_the_regex_finds():
+    """The digit-run search gives what a regex scan of the whole text gives, on random text of
+    digits, signs, spaces and JSON punctuation."""
+    rng = np.random.default_rng(7)
+    alphabet = [b"9", b"0", b"-", b" ", b"\n", b"\x0b", b":", b",", b"[", b"]", b"}", b"{", b'"']
+    for _ in range(3000):
+        parts = [
+            b"9" * int(rng.integers(15, 26))
+            if rng.random() < 0.3
+            else alphabet[int(rng.integers(len(alphabet)))] * int(rng.integers(1, 3))
+            for _ in range(int(rng.integers(1, 12)))
+        ]
+        text = b"".join(parts)
+        assert huge_int_literals(text) == [m[1] for m in _HUGE_INT.findall(text)], text
+
+
+REAL = sorted(p.name for p in TRACES.glob("kineto_*.json.gz")) or ["kineto_alexnet_1rank.json.gz"]
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_real_traces_are_read_in_pieces_without_a_second_decoding(name, fallbacks):
+    path = TRACES / name
+    if not path.exists():
+        pytest.skip(f"{path} not available")
+    columns = read_columns(path)
+    assert fallbacks() == 0
+    assert columns.entries > 0 and "traceEvents" not in columns.metadata
+    if path.stat().st_size < 2 << 20:  # the whole-document read of the big ones takes seconds
+        assert_same(columns, read_whole(path, gzip.decompress(path.read_bytes())))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tracediag.graph.critical_path import CATEGORIES
+from tracediag.model.path_categories import CATEGORIES
 
 
 @dataclass(frozen=True)
