@@ -47,6 +47,7 @@ def test_tui_options_resolve_the_config_before_the_app(monkeypatch, capsys):
         return FakeApp()
 
     monkeypatch.setattr("tracediag.tui.app.make_app", fake_make_app)
+    monkeypatch.setattr("tracediag.cli.tui_cmd.not_a_terminal", lambda: None)  # as if on one
     code = cli.main([STRAGGLER, "--select", "col2", "--no-align", "--no-cache", "--jobs", "2"])
     assert code == 2  # the load error's exit code, as the other commands give it
     reading = {"cache": False, "jobs": 2, "scheduler": None}

@@ -14,7 +14,7 @@ import orjson
 from tracediag.cli.common import add_diagnosis_options, emit, resolve_config, say
 from tracediag.cli.runs import report_of
 from tracediag.model.errors import UsageError
-from tracediag.report.labels import plural
+from tracediag.model.wording import plural
 
 
 def add_parser(commands) -> None:

@@ -12,20 +12,24 @@ from pathlib import Path
 
 from tracediag.cli.common import (
     add_diagnosis_options,
+    add_summary_options,
+    check_summary_options,
     diagnose_paths,
     emit,
     output_width,
     resolve_config,
     say,
+    show_settings,
+    statistics_text,
     use_color,
 )
 from tracediag.model.findings import Severity
-from tracediag.report.labels import plural
+from tracediag.model.wording import plural
 
 
 def add_parser(commands) -> None:
     """Register ``check`` on the subcommand parsers."""
-    from tracediag.report.check_formats import CHECK_FORMATS
+    from tracediag.report.formats import CHECK_FORMATS
 
     p = commands.add_parser(
         "check",
@@ -35,7 +39,8 @@ def add_parser(commands) -> None:
         "findings count), a budget of [tool.tracediag.budgets] exceeded, or a metric regression "
         "against the baseline; 0 otherwise; 2 on usage, configuration or input errors.",
     )
-    add_diagnosis_options(p)
+    add_diagnosis_options(p, paths_required=False)
+    add_summary_options(p)
     p.add_argument(
         "--format",
         choices=CHECK_FORMATS,
@@ -70,22 +75,26 @@ def run(args: argparse.Namespace) -> int:
     """Diagnose, judge, write the report, then the verdict on stderr; the exit code is the verdict."""
     from tracediag.ci.baseline import compare, load_baseline
     from tracediag.ci.gate import evaluate_gate, verdict_line
-    from tracediag.engine.trace_ignores import apply_per_trace_ignores
-    from tracediag.report.check_formats import render_check
+    from tracediag.report.formats import render_check
 
+    check_summary_options(args)
     config = resolve_config(args)
     if args.fail_on is not None:
         config.fail_on = Severity.parse(args.fail_on)  # the report then shows the gate applied
+    if args.show_settings:
+        return show_settings(args, config)
     baseline = load_baseline(args.baseline) if args.baseline else None
     diagnosis = diagnose_paths(args, config)
-    diagnosis, dropped = apply_per_trace_ignores(diagnosis, config.per_trace_ignores)
-    if dropped:
-        say(args, f"{plural(dropped, 'finding')} ignored by per-trace-ignores")
+    if diagnosis.ignored_findings:
+        say(args, f"{plural(diagnosis.ignored_findings, 'finding')} ignored by per-trace-ignores")
     report = diagnosis.to_dict()
     comparison = compare(report, baseline, config.baseline) if baseline else None
     report["gate"] = evaluate_gate(report, config.fail_on, config.budgets, comparison)
-    color, width = use_color(args.output), output_width(args.output)
-    emit(args, render_check(report, args.format, color=color, width=width))
+    if args.statistics:  # the gate is judged as without it: the exit code stays the verdict
+        emit(args, statistics_text(args, diagnosis))
+    else:
+        color, width = use_color(args.output), output_width(args.output)
+        emit(args, render_check(report, args.format, color=color, width=width))
     say(args, verdict_line(report["gate"]))
     if args.record:
         from tracediag.ci.history import record

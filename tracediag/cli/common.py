@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 from tracediag.engine.config import Config, load_config
 from tracediag.model.errors import UsageError, did_you_mean
-from tracediag.report.labels import plural
+from tracediag.model.wording import plural
 
 if TYPE_CHECKING:
-    from tracediag.engine.diagnose import Diagnosis
+    from tracediag.engine.diagnosis import Diagnosis
 
 MAX_WIDTH = 100  # text output is never wider: long lines are hard to read
 
@@ -24,13 +24,15 @@ def codes(text: str) -> list[str]:
     return [c.strip().upper() for c in text.split(",") if c.strip()]
 
 
-def add_diagnosis_options(parser: argparse.ArgumentParser) -> None:
-    """Inputs, configuration, rule selection, alignment, output and verbosity."""
+def add_diagnosis_options(parser: argparse.ArgumentParser, paths_required: bool = True) -> None:
+    """Inputs, configuration, rule selection, alignment, output and verbosity. Without
+    ``paths_required`` the command checks for paths itself (see :func:`check_summary_options`)."""
     parser.add_argument(
         "paths",
-        nargs="+",
+        nargs="+" if paths_required else "*",
         metavar="PATH",
-        help="trace files or directories (a Neuron profile directory, per-rank files, a folder of them)",
+        help="trace files or directories (a Neuron profile directory, per-rank files, a folder "
+        "of them)" + ("" if paths_required else "; none needed with --show-settings"),
     )
     parser.add_argument(
         "--config",
@@ -63,6 +65,53 @@ def add_diagnosis_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-q", "--quiet", action="store_true", help="no progress or summary lines on stderr"
     )
+
+
+def add_summary_options(parser: argparse.ArgumentParser) -> None:
+    """``--statistics`` and ``--show-settings`` (text or json, like ``--format``)."""
+    parser.add_argument(
+        "--statistics",
+        action="store_true",
+        help="print how many findings each rule code gave (most frequent first) instead of the "
+        "report (text or json)",
+    )
+    parser.add_argument(
+        "--show-settings",
+        action="store_true",
+        help="print the resolved configuration, each value with where it came from (default, "
+        "the config file, a flag), and exit 0 without reading traces (text or json)",
+    )
+
+
+SUMMARY_FORMATS = ("text", "json")
+
+
+def check_summary_options(args: argparse.Namespace) -> None:
+    """Usage errors of ``--statistics``/``--show-settings``, and paths unless only settings
+    are shown; before anything is read."""
+    for flag, given in (("--statistics", args.statistics), ("--show-settings", args.show_settings)):
+        if given and args.format not in SUMMARY_FORMATS:
+            raise UsageError(f"{flag} writes text or json, not --format {args.format}")
+    if not args.paths and not args.show_settings:
+        raise UsageError(
+            f"the following arguments are required: PATH (see 'tracediag {args.command} --help')"
+        )
+
+
+def show_settings(args: argparse.Namespace, config: Config) -> int:
+    """Write the resolved settings (``--show-settings``); exit code 0."""
+    from tracediag.cli.show_settings import render_settings, resolved_settings
+
+    emit(args, render_settings(config, resolved_settings(args, config), args.format))
+    return 0
+
+
+def statistics_text(args: argparse.Namespace, diagnosis: Diagnosis) -> str:
+    """The ``--statistics`` output of the diagnosis's findings."""
+    from tracediag.cli.finding_statistics import finding_statistics, render_statistics
+
+    rows = finding_statistics(diagnosis.findings)
+    return render_statistics(rows, args.format, output_width(args.output))
 
 
 def jobs_count(text: str) -> int:
@@ -165,10 +214,9 @@ def diagnose_paths(args: argparse.Namespace, config: Config) -> Diagnosis:
         **reading_options(args),
     )
     if trace.skipped:
-        say(
-            args,
-            f"skipped {plural(len(trace.skipped), 'file')} no reader accepts: {', '.join(trace.skipped)}",
-        )
+        from tracediag.loading.loader import skipped_text
+
+        say(args, skipped_text(trace.skipped))
     say(args, f"diagnosing {plural(len(trace.ranks), 'rank')}, {plural(len(trace), 'event')}")
     return diagnose(trace, config)
 

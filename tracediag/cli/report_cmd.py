@@ -6,20 +6,24 @@ import argparse
 
 from tracediag.cli.common import (
     add_diagnosis_options,
+    add_summary_options,
+    check_summary_options,
     diagnose_paths,
     emit,
     output_width,
     resolve_config,
     say,
+    show_settings,
+    statistics_text,
     use_color,
 )
 from tracediag.model.errors import UsageError
-from tracediag.report.labels import plural
+from tracediag.model.wording import plural
 
 
 def add_parser(commands) -> None:
     """Register ``report`` on the subcommand parsers."""
-    from tracediag.report import FORMATS
+    from tracediag.report.formats import REPORT_FORMATS
 
     p = commands.add_parser(
         "report",
@@ -27,9 +31,10 @@ def add_parser(commands) -> None:
         description="Read traces, join the ranks, walk the critical path, run the rules and print "
         "the report. Exits 0 whatever it finds (use 'check' for a gate).",
     )
-    add_diagnosis_options(p)
+    add_diagnosis_options(p, paths_required=False)
+    add_summary_options(p)
     p.add_argument(
-        "--format", choices=FORMATS, default="text", help="report format (default: text)"
+        "--format", choices=REPORT_FORMATS, default="text", help="report format (default: text)"
     )
     p.add_argument(
         "--history",
@@ -41,16 +46,20 @@ def add_parser(commands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Load, diagnose, render; 0 on success."""
-    from tracediag.engine.trace_ignores import apply_per_trace_ignores
-    from tracediag.report import render
+    from tracediag.report.formats import render
 
+    check_summary_options(args)
     if args.history and args.format != "html":
         raise UsageError("--history needs --format html")
     config = resolve_config(args)
+    if args.show_settings:
+        return show_settings(args, config)
     diagnosis = diagnose_paths(args, config)
-    diagnosis, dropped = apply_per_trace_ignores(diagnosis, config.per_trace_ignores)
-    if dropped:
-        say(args, f"{plural(dropped, 'finding')} ignored by per-trace-ignores")
+    if diagnosis.ignored_findings:
+        say(args, f"{plural(diagnosis.ignored_findings, 'finding')} ignored by per-trace-ignores")
+    if args.statistics:
+        emit(args, statistics_text(args, diagnosis))
+        return 0
     history = None
     if args.history:
         from tracediag.ci.history import load_history

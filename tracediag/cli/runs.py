@@ -10,20 +10,19 @@ from pathlib import Path
 
 from tracediag.cli.common import diagnose_paths, say
 from tracediag.engine.config import Config
-from tracediag.report.labels import plural
+from tracediag.model.wording import plural
 
 
 def report_of(path: str, args: argparse.Namespace, config: Config) -> dict:
     """The JSON report of one run at ``path`` (per-trace ignores applied to fresh diagnoses)."""
     from tracediag.ci.saved_report import is_saved_report, load_report
-    from tracediag.engine.trace_ignores import apply_per_trace_ignores
 
     if is_saved_report(Path(path)):
         say(args, f"reading the saved report {path}")
         return load_report(Path(path))
     one = argparse.Namespace(**{**vars(args), "paths": [path]})
     diagnosis = diagnose_paths(one, config)
-    diagnosis, dropped = apply_per_trace_ignores(diagnosis, config.per_trace_ignores)
-    if dropped:
-        say(args, f"{plural(dropped, 'finding')} of {path} ignored by per-trace-ignores")
+    if diagnosis.ignored_findings:
+        n = diagnosis.ignored_findings
+        say(args, f"{plural(n, 'finding')} of {path} ignored by per-trace-ignores")
     return diagnosis.to_dict()

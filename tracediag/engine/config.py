@@ -15,7 +15,6 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tracediag.analysis.parallel_layout import parse_layout
 from tracediag.ci.baseline_settings import BaselineSettings
 from tracediag.ci.budgets import Budget, parse_budgets
 from tracediag.model.errors import UsageError
@@ -76,18 +75,30 @@ class Config:
 
 
 def find_config(start: Path) -> Path | None:
-    """The nearest tracediag.toml, or pyproject.toml with a [tool.tracediag] table, upward from start."""
+    """The nearest tracediag.toml, or pyproject.toml with a [tool.tracediag] table, upward from start.
+
+    Only a pyproject.toml that parses and has no such table is passed over: a broken one may
+    hold the table, so it is an error (skipping it would drop its ignores and change the gate).
+    """
     for d in [start, *start.parents]:
         if (d / "tracediag.toml").is_file():
             return d / "tracediag.toml"
         py = d / "pyproject.toml"
-        if py.is_file():
-            try:
-                if "tracediag" in tomllib.loads(py.read_text()).get("tool", {}):
-                    return py
-            except (tomllib.TOMLDecodeError, OSError):
-                continue
+        if py.is_file() and "tracediag" in _read_toml(py).get("tool", {}):
+            return py
     return None
+
+
+def _read_toml(path: Path) -> dict:
+    """The file's TOML; a missing file, bad TOML or bad UTF-8 is one line naming the file."""
+    try:
+        return tomllib.loads(Path(path).read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{path}: config file not found") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: invalid TOML: not UTF-8 (byte {exc.start})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: invalid TOML: {exc}") from None
 
 
 def load_config(path: Path | None = None, cwd: Path | None = None) -> Config:
@@ -96,15 +107,16 @@ def load_config(path: Path | None = None, cwd: Path | None = None) -> Config:
         path = find_config((cwd or Path.cwd()).resolve())
         if path is None:
             return Config()
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise UsageError(f"{path}: config file not found") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: invalid TOML: {exc}") from None
+    return from_mapping(config_table(path), str(path))
+
+
+def config_table(path: Path) -> dict:
+    """The settings table of a config file: ``[tool.tracediag]`` of a pyproject.toml (empty
+    when it has none), the whole of any other file."""
+    data = _read_toml(path)
     if Path(path).name == "pyproject.toml":
         data = data.get("tool", {}).get("tracediag", {})
-    return from_mapping(data, str(path))
+    return data
 
 
 def from_mapping(data: dict, source: str = "") -> Config:
@@ -133,6 +145,8 @@ def from_mapping(data: dict, source: str = "") -> Config:
         }
         cfg.baseline = BaselineSettings.from_table(dict(data.get("baseline", {})))
         if "layout" in data:
+            from tracediag.analysis.parallel_layout import parse_layout  # (pandas: not for --help)
+
             cfg.layout = parse_layout(data["layout"])
     except (ValueError, TypeError) as exc:
         raise UsageError(f"{source or 'config'}: {exc}") from None

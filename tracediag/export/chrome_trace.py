@@ -11,6 +11,7 @@ column by column (no Python object per event).
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,7 +24,7 @@ from tracediag.model import schema as S
 from tracediag.parsers.perfetto_tracks import FINDINGS_PROCESS
 
 if TYPE_CHECKING:
-    from tracediag.engine.diagnose import Diagnosis
+    from tracediag.engine.diagnosis import Diagnosis
 
 
 def _json_text(values: pd.Series) -> pd.Series:
@@ -52,7 +53,8 @@ def _records(**columns: pd.Series | str) -> pd.Series:
 
 
 def write_chrome(diagnosis: Diagnosis, path: Path) -> None:
-    """Write the diagnosed trace to ``path`` as Chrome trace-event JSON."""
+    """Write the diagnosed trace to ``path`` as Chrome trace-event JSON (gzip-compressed when
+    the name ends in ``.gz``)."""
     trace = diagnosis.trace
     ev = trace.events
     pid = ev[S.RANK].astype(np.int64).astype(str).reset_index(drop=True)
@@ -64,7 +66,10 @@ def write_chrome(diagnosis: Diagnosis, path: Path) -> None:
     lines = [*_metadata(trace, diagnosis), *events.tolist(), *_path_flows(trace, diagnosis)]
     lines += _finding_events(diagnosis, max(trace.ranks, default=-1) + 1)
     body = ",\n".join(lines)
-    Path(path).write_text(f'{{"displayTimeUnit": "ns", "traceEvents": [\n{body}\n]}}\n')
+    data = f'{{"displayTimeUnit": "ns", "traceEvents": [\n{body}\n]}}\n'.encode()
+    if Path(path).name.lower().endswith(".gz"):  # x.trace.json.gz: what the name says
+        data = gzip.compress(data, compresslevel=6)
+    Path(path).write_bytes(data)
 
 
 def _metadata(trace: S.Trace, diagnosis: Diagnosis) -> list[str]:

@@ -27,7 +27,7 @@ from tracediag.parsers.perfetto_tracks import FINDINGS_PROCESS
 from tracediag.parsers.protos.perfetto_trace_pb2 import Trace, TrackEvent
 
 if TYPE_CHECKING:
-    from tracediag.engine.diagnose import Diagnosis
+    from tracediag.engine.diagnosis import Diagnosis
 
 _EVENTS_SEQ, _FINDINGS_SEQ = 1, 2
 _PATH_FLOW = 1
