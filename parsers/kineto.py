@@ -4,7 +4,12 @@ Categories are matched by family, not by one vendor's names: ``kernel``; ``*memc
 ``*_runtime``/``*_driver`` (CUDA, HIP, ...); ``*_sync`` (CUPTI synchronisation records, kept as
 GPU-side markers whose args describe waits); ``gpu_*`` annotations; ``cpu_op``; ``user_annotation``
 (``record_function`` ranges) and ``python_function`` (Python stack and module ranges), markers
-that name layers (:mod:`kineto_layers`); anything else is a marker. GPU slices sit on
+that name layers (:mod:`kineto_layers`). A category of none of these families on a *device
+process* (a numeric pid with no CPU op, annotation or Python slice: Kineto numbers accelerator
+processes by device, e.g. MTIA's ``mtia_ccp_events`` on pid 17) is ``device`` work of an
+accelerator Kineto has no family for: kind by name (copies ``dma``, waits and event records
+markers, the rest ``compute``) on ``{accelerator}{pid}/{thread}`` tracks. Other unknown categories
+stay markers and are counted (:attr:`Rows.unread`), never dropped silently. GPU slices sit on
 ``gpu{pid}/stream {tid}`` tracks on the host clock (Kineto converts GPU times to it); CPU slices on
 ``cpu {pid}/{tid}`` threads.
 """
@@ -35,7 +40,13 @@ SYNC_CALL = re.compile(r"^(?:cuda|hip|cu)(?:Stream|Device|Event|Ctx)Synchronize"
 COMM_KERNEL = re.compile(r"(?:^|[\s:])(?:nccl|rccl)", re.IGNORECASE)
 PROFILER_STEP = re.compile(r"^ProfilerStep\s*#\s*(\d+)$")
 GPU_WORK = ("kernel", "memcpy", "memset")
-GPU_FAMILIES = (*GPU_WORK, "gpu_sync", "gpu_marker")
+GPU_FAMILIES = (*GPU_WORK, "gpu_sync", "gpu_marker", "device")
+#: Categories outside the families that are known not to be device work: the profiler's own span
+#: (``Trace``) and CPU instant events.
+HOST_OTHER = frozenset({"", "nan", "none", "trace", "cpu_instant_event"})
+#: Events of an unknown accelerator's categories, by name: copies, and waits/records (no work).
+DEVICE_DMA = re.compile(r"dma|memcpy|memset|copy", re.IGNORECASE)
+DEVICE_MARK = re.compile(r"wait|sync|record|barrier|semaphore|fence", re.IGNORECASE)
 #: Code of each canonical kind in ``S.KINDS``: the passes compare small integers, not strings.
 KIND = {k: i for i, k in enumerate(S.KINDS)}
 
@@ -75,6 +86,7 @@ FAMILIES = (
     "annotation",
     "python",
     "other",
+    "device",
 )
 
 
@@ -100,6 +112,10 @@ class Rows:
     on_gpu: np.ndarray
     pid_categories: np.ndarray
     tid_categories: np.ndarray
+    #: Per pid code: the accelerator of a device process read from an unknown category ("").
+    accelerator: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
+    #: Unknown categories left as markers (not on a device process) -> their number of slices.
+    unread: dict = field(default_factory=dict)
     _per_name: dict = field(default_factory=dict, repr=False)  # pattern -> match per name
 
     def name_of(self, rows: np.ndarray) -> np.ndarray:
@@ -151,10 +167,11 @@ def describe(slices: pd.DataFrame, args: ArgColumns) -> Rows:
         [FAMILIES.index(category_family(str(c))) for c in cat.categories] or [0], dtype=np.int8
     )
     family = per_cat[cat.codes]
-    on_gpu = in_families(family, GPU_FAMILIES)
     name = slices["name"].astype("category").array
     pid = slices["pid"].astype("category").array
     tid = slices["tid"].astype("category").array
+    accelerator, unread = _unknown_devices(family, cat, pid)
+    on_gpu = in_families(family, GPU_FAMILIES)
     # Tracks numbered in order of first appearance (as groupby(sort=False).ngroup() numbers
     # them), from one integer key per row instead of a three-column groupby.
     key = on_gpu.astype(np.int64) * (len(pid.categories) + 1) + pid.codes.astype(np.int64) + 1
@@ -183,8 +200,47 @@ def describe(slices: pd.DataFrame, args: ArgColumns) -> Rows:
         on_gpu=on_gpu,
         pid_categories=np.asarray(pid.categories, dtype=object),
         tid_categories=np.asarray(tid.categories, dtype=object),
+        accelerator=accelerator,
+        unread=unread,
     )
     return rows
+
+
+def _unknown_devices(
+    family: np.ndarray, cat: pd.Categorical, pid: pd.Categorical
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Rows of unknown categories on device processes become family ``device`` (in place).
+
+    Returns, per pid code, the accelerator named by its device category's prefix (``mtia`` of
+    ``mtia_ccp_events``; "" for other processes), and the unknown categories left as markers
+    with their slice counts. Tested per category and per pid, indexed by row."""
+    cats = np.asarray(cat.categories.astype(str), dtype=object)
+    unknown_cat = np.array(
+        [category_family(c) == "other" and c.lower() not in HOST_OTHER for c in cats] + [False]
+    )
+    accelerator = np.full(len(pid.categories), "", dtype=object)
+    unknown = unknown_cat[cat.codes]
+    if not unknown.any():
+        return accelerator, {}
+    host_rows = in_families(family, ("cpu_op", "annotation", "python"))
+    n_pid = len(pid.categories)
+    pid_codes = np.where(pid.codes >= 0, pid.codes, n_pid)
+    hosts = np.bincount(pid_codes[host_rows], minlength=n_pid + 1)[:n_pid] > 0
+    numeric = np.array([str(p).lstrip("-").isdigit() for p in pid.categories], dtype=bool)
+    device_pid = np.append(numeric & ~hosts, False)
+    device = unknown & device_pid[pid_codes]
+    family[device] = FAMILIES.index("device")
+    if device.any():  # the accelerator of each device pid: the prefix of its first category
+        first = pd.Series(cat.codes[device]).groupby(pid_codes[device]).first()
+        accelerator[first.index.to_numpy()] = [
+            re.split(r"[_\s]", cats[c], maxsplit=1)[0].lower() or "device" for c in first
+        ]
+    left = unknown & ~device
+    unread = {}
+    if left.any():
+        counts = np.bincount(cat.codes[left], minlength=len(cats))
+        unread = {str(cats[c]): int(counts[c]) for c in np.flatnonzero(counts)}
+    return accelerator, unread
 
 
 def event_kinds(rows: Rows) -> np.ndarray:
@@ -195,6 +251,12 @@ def event_kinds(rows: Rows) -> np.ndarray:
         rows.matches(COMM_KERNEL, kernels), KIND["collective"], KIND["compute"]
     )
     kind[rows.where("memcpy", "memset", gpu=True)] = KIND["dma"]
+    device = rows.where("device", gpu=True)
+    kind[device] = np.where(
+        rows.matches(DEVICE_DMA, device),
+        KIND["dma"],
+        np.where(rows.matches(DEVICE_MARK, device), KIND["marker"], KIND["compute"]),
+    )
     calls = rows.where("runtime", gpu=False)
     kind[calls] = np.where(rows.matches(SYNC_CALL, calls), KIND["sync"], KIND["host"])
     return kind
@@ -206,8 +268,17 @@ def track_columns(rows: Rows, thread_names: dict[tuple[str, str], str]) -> dict[
     n_tracks = len(first)
     label, kind, engine, device = [], [], [], []
     for i, pid, tid in zip(first, rows.pid_of(first), rows.tid_of(first), strict=True):
-        if rows.on_gpu[i]:
-            label.append(f"gpu{pid}/stream {tid}")
+        accel = rows.accelerator[rows.pid_codes[i]] if len(rows.accelerator) else ""
+        if rows.on_gpu[i] and accel:  # an accelerator Kineto has no family for (MTIA)
+            name = thread_names.get((pid, tid), "") or f"stream {tid}"
+            label.append(f"{accel}{pid}/{name}")
+            kind.append("gpu_stream")
+            engine.append(accel)
+            device.append(f"{accel}{pid}")
+        elif rows.on_gpu[i]:
+            # Newer Kineto writes the tid as "stream 7" already: name it once.
+            stream = tid if str(tid).startswith("stream") else f"stream {tid}"
+            label.append(f"gpu{pid}/{stream}")
             kind.append("gpu_stream")
             engine.append("gpu")
             device.append(f"gpu{pid}")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracediag.analysis.peers import device_ranks, interval_overlap
+from tracediag.analysis.intervals import interval_overlap
+from tracediag.analysis.peers import device_ranks
 from tracediag.engine.rule import Rule
 from tracediag.model import schema as S
 from tracediag.model.findings import Severity
@@ -25,6 +26,21 @@ def _on_tensor_engine(ctx) -> np.ndarray:
     """Per event: whether its track is a tensor engine."""
     tensor_track = ctx.trace.tracks[S.ENGINE].astype(str).to_numpy() == "tensor"
     return tensor_track[ctx.trace.events[S.TRACK].to_numpy()]
+
+
+#: How a report names a device's main compute engine (others: the engine's own name).
+_UNIT_NAMES = {"tensor": "tensor engine", "gpu": "GPU", "tensorcore": "TensorCore", "mtia": "MTIA"}
+
+
+def _main_engine(ctx, mask: np.ndarray) -> str:
+    """The engine of the tracks most of the rank's main compute events run on (a GPU's streams,
+    a TPU's TensorCore, a NeuronCore's tensor engine): never a device kind the rank lacks."""
+    engines = ctx.trace.tracks[S.ENGINE].astype(str).to_numpy()
+    tracks = ctx.trace.events[S.TRACK].to_numpy()[mask]
+    if not len(tracks):
+        return ""
+    names, counts = np.unique(engines[tracks], return_counts=True)
+    return str(names[np.argmax(counts)])
 
 
 class ComputeUnderutilization(Rule):
@@ -80,13 +96,14 @@ class ComputeUnderutilization(Rule):
                 else 0.0
             )
             hwp = ctx.hardware.get(rank)
-            step = ctx.step_ns.get(rank, 0)
+            step = (ctx.window_ns or ctx.step_ns).get(rank, 0)  # the window: its FLOPs are summed
             mfu = (
                 100.0 * flops / (step * 1e-9 * hwp.peak_flops)
                 if hwp and hwp.peak_flops and step and flops
                 else None
             )
-            unit = "tensor engine" if (mask & _on_tensor_engine(ctx)).any() else "GPU"
+            engine = _main_engine(ctx, mask)
+            unit = _UNIT_NAMES.get(engine, engine or "device")
             mfu_txt = (
                 f"; MFU {mfu:.1f}% of {hwp.peak_flops / 1e12:.4g} TFLOP/s ({hwp.name})"
                 if mfu is not None
@@ -100,7 +117,7 @@ class ComputeUnderutilization(Rule):
                     f"({100.0 * idle_ns / total:.1f}%): {parts}{mfu_txt}."
                 ),
                 ranks=(rank,),
-                engine="tensor" if unit == "tensor engine" else "gpu",
+                engine=engine,
                 start_ns=int(a.min()),
                 end_ns=int(b.max()),
                 impact_ns=idle_ns,

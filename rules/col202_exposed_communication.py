@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
-from tracediag.analysis.peers import interval_overlap
+from tracediag.analysis.hardware import credible_peak
+from tracediag.analysis.intervals import interval_overlap
 from tracediag.engine.rule import Rule, severity_by_saving
 from tracediag.graph.replay import WhatIf
 from tracediag.model import schema as S
+from tracediag.model.collective_ops import bus_factor
 from tracediag.model.findings import Severity
-from tracediag.model.units import fmt_bw, fmt_ns
-
-
-def bus_factor(op: str, n: int) -> float:
-    """nccl-tests' bus bandwidth factor: busbw = algbw * factor."""
-    o = op.lower().replace("_", "")
-    if n <= 1:
-        return 1.0
-    if o == "allreduce":
-        return 2.0 * (n - 1) / n
-    if o in ("allgather", "reducescatter", "alltoall"):
-        return (n - 1) / n
-    return 1.0
+from tracediag.model.units import fmt_ns
+from tracediag.model.wording import bus_bandwidth_text, plural
 
 
 class ExposedCommunication(Rule):
@@ -81,7 +74,8 @@ class ExposedCommunication(Rule):
             impact = int(grp["exposed"].sum())
             if ctx.pct(impact) < opts["min_impact_pct"]:
                 continue
-            saving = ctx.what_if(_overlap_change(ctx, grp))
+            change = _overlap_change(ctx, grp)
+            saving = ctx.what_if(change)
             body = ctx.trace.collectives[
                 ctx.trace.collectives[S.COLL_KEY].isin(grp["coll_key"])
                 & (ctx.trace.collectives[S.RANK] == rank)
@@ -90,21 +84,32 @@ class ExposedCommunication(Rule):
             t_ns = float(ctx.graph.dur[ctx.nodes_of(body[S.EVENT].to_numpy())].sum())
             algbw = nbytes / t_ns * 1e9 if t_ns > 0 and nbytes > 0 else float("nan")
             n = int(sizes.reindex(grp["coll_key"]).median())
-            busbw = algbw * bus_factor(op, n)
+            group = _listed_size(body)
             hwp = ctx.hardware.get(int(rank))
             link = hwp.link_bw if hwp is not None else float("nan")
-            bw_txt = (
-                f" at {fmt_bw(busbw)} bus bandwidth (link {fmt_bw(link)})"
-                if np.isfinite(busbw) and np.isfinite(link)
-                else ""
-            )
+            severity = severity_by_saving(ctx.pct(saving), opts, self.severity)
+            if group > n:
+                # Participants missing from the inputs: their arrival is unknown, so this time
+                # may be waiting for them (skew), not transfer; no bus bandwidth either.
+                busbw, bw_txt = float("nan"), ""
+                severity = min(severity, Severity.INFO)
+                partial = (
+                    f" Only {n} of the group's {group} ranks are in the inputs: this time "
+                    "includes waiting for the missing ones, which overlap would not remove."
+                )
+            else:
+                busbw = algbw * bus_factor(op, n)
+                link = credible_peak(link, busbw)  # a link slower than the transfer is not its link
+                bw_txt = bus_bandwidth_text(busbw, link)
+                partial = ""
+            n_inst = int(grp["coll_key"].nunique())
             yield ctx.finding(
                 self,
-                severity=severity_by_saving(ctx.pct(saving), opts, self.severity),
+                severity=severity,
                 message=(
-                    f"On rank {rank}, {grp['coll_key'].nunique()} {op} transfers run on the critical path with "
-                    f"no compute beside them for {fmt_ns(impact)} ({ctx.pct(impact)}% of the step){bw_txt}. "
-                    f"Fully overlapped with compute the step would be {fmt_ns(saving)} shorter."
+                    f"On rank {rank}, {plural(n_inst, f'{op} transfer')} {'runs' if n_inst == 1 else 'run'} on the critical path "
+                    f"with no compute beside {'it' if n_inst == 1 else 'them'} for {fmt_ns(impact)} ({ctx.pct(impact)}% of the step){bw_txt}. "
+                    f"Fully overlapped with compute the step would be {fmt_ns(saving)} shorter.{partial}"
                 ),
                 ranks=(int(rank),),
                 engine="cc",
@@ -113,6 +118,7 @@ class ExposedCommunication(Rule):
                 end_ns=int(grp["end_ns"].max()),
                 impact_ns=impact,
                 saving_ns=int(saving),
+                change=change,
                 suggestion="Start these collectives earlier (bucketing, prefetch) so compute overlaps them, or move fewer bytes.",
                 evidence={
                     "instances": int(grp["coll_key"].nunique()),
@@ -121,9 +127,21 @@ class ExposedCommunication(Rule):
                     "busbw": busbw,
                     "link_bw": link,
                     "group_size": n,
+                    "listed_group_size": group,
                     "coll_keys": grp["coll_key"].head(20).astype(int).tolist(),
                 },
             )
+
+
+def _listed_size(body: pd.DataFrame) -> int:
+    """The largest group the format lists for these rows (``Process Group Ranks``, replica
+    groups: ``0,1,...``); 0 where none is listed."""
+    groups = pd.unique(body[S.GROUP].astype(str))  # the few distinct groups
+    sizes = [len(g.split(",")) for g in groups if _MEMBERS.fullmatch(g)]
+    return max(sizes, default=0)
+
+
+_MEMBERS = re.compile(r"-?\d+(?:,-?\d+)*")
 
 
 def _overlap_change(ctx, grp: pd.DataFrame) -> WhatIf:

@@ -5,14 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracediag.analysis.hardware import credible_peak
+from tracediag.analysis.intervals import interval_overlap
 from tracediag.analysis.parallel_layout import group_members
-from tracediag.analysis.peers import interval_overlap
 from tracediag.engine.rule import Rule, severity_by_saving
 from tracediag.graph.replay import WhatIf
 from tracediag.model import schema as S
+from tracediag.model.collective_ops import bus_factor
 from tracediag.model.findings import Severity
-from tracediag.model.units import fmt_bw, fmt_ns
-from tracediag.rules.col202_exposed_communication import bus_factor
+from tracediag.model.units import fmt_ns
+from tracediag.model.wording import bus_bandwidth_text, plural
 
 
 def tp_collective_events(ctx) -> pd.DataFrame:
@@ -115,26 +117,27 @@ class ExposedTensorParallel(Rule):
         new = np.maximum(dur - cut[ok], 0)
         # A wholly exposed transfer's handshake (last arrival to start) goes with it.
         whole = nodes[ok][new == 0]
-        saving = ctx.what_if(
-            WhatIf.durations(nodes[ok], new) + WhatIf.gaps(whole, np.zeros(len(whole)))
-        )
+        change = WhatIf.durations(nodes[ok], new) + WhatIf.gaps(whole, np.zeros(len(whole)))
+        saving = ctx.what_if(change)
         body = tp[tp[S.COLL_KEY].isin(seg["coll_key"])]
         t_ns = float((body[S.END] - body[S.START]).sum())
         algbw = float(body[S.BYTES].sum()) / t_ns * 1e9 if t_ns > 0 else float("nan")
         op = str(body[S.COLL_OP].mode().iat[0])
         busbw = algbw * bus_factor(op, ctx.layout.tp)
         hwp = next((h for h in ctx.hardware.values() if h is not None), None)
-        link = hwp.link_bw if hwp is not None else float("nan")
+        link = credible_peak(hwp.link_bw if hwp is not None else None, busbw)
         layers = _per_layer(ctx, tp, seg)
         ranks = tuple(sorted(int(r) for r in seg["rank"].unique()))
+        n_inst = int(seg["coll_key"].nunique())
         yield ctx.finding(
             self,
             severity=severity_by_saving(ctx.pct(saving), opts, self.severity),
             message=(
-                f"{seg['coll_key'].nunique()} tensor-parallel {op} transfers over {len(layers)} "
-                f"layers run on the critical path with no compute beside them for "
-                f"{fmt_ns(impact)} ({ctx.pct(impact)}% of the step) at {fmt_bw(busbw)} bus "
-                f"bandwidth (link {fmt_bw(link)}). Hidden behind compute the step would be "
+                f"{plural(n_inst, f'tensor-parallel {op} transfer')} over "
+                f"{plural(len(layers), 'layer')} {'runs' if n_inst == 1 else 'run'} on the critical path "
+                f"with no compute beside {'it' if n_inst == 1 else 'them'} for "
+                f"{fmt_ns(impact)} ({ctx.pct(impact)}% of the step)"
+                f"{bus_bandwidth_text(busbw, link)}. Hidden behind compute the step would be "
                 f"{fmt_ns(saving)} shorter."
             ),
             ranks=ranks,
@@ -145,6 +148,7 @@ class ExposedTensorParallel(Rule):
             end_ns=int(seg["end_ns"].max()),
             impact_ns=impact,
             saving_ns=int(saving),
+            change=change,
             suggestion="Overlap each layer's TP collective with the next chunk's compute "
             "(chunked/async TP), or lower the TP degree.",
             evidence={

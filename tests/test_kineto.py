@@ -237,14 +237,22 @@ def test_sampled_ranks_collectives_match_across_files():
     assert trace.ranks == [0, 1]
     co = trace.collectives
     assert len(co) == 20
-    assert set(co[S.COLL_OP]) == {"SendRecv"} and set(co[S.ALGORITHM]) == {"RING"}
+    # Every kernel is NCCL's generic ncclKernel_SendRecv_*: the operation is the CPU-side
+    # nccl:* range enclosing its launch (read by hand: 4 all_to_all, 4 all_reduce and 2
+    # _all_gather_base on each rank).
+    assert set(co[S.ALGORITHM]) == {"RING"}
     assert set(co[S.DTYPE]) == {"int8_t"} and (co[S.SEQ] == -1).all()
+    for rank in (0, 1):
+        ops = co.loc[co[S.RANK] == rank, S.COLL_OP].value_counts().to_dict()
+        assert ops == {"AllToAll": 4, "AllReduce": 4, "AllGather": 2}
     assert sorted(co.loc[co[S.RANK] == 0, S.MATCH_KEY]) == sorted(
-        f"|SendRecv|{i}" for i in range(10)
+        [f"|AllToAll|{i}" for i in range(4)]
+        + [f"|AllReduce|{i}" for i in range(4)]
+        + [f"|AllGather|{i}" for i in range(2)]
     )
     # The instances both sampled files hold end within 0.5 ms of each other on the same stream
     # (one host, one clock). Their keys coincide, except where rank 0's sample kept a SendRecv
-    # whose rank-1 side was sampled away: ordinal keys cannot see that gap.
+    # whose rank-1 side was sampled away (an all_to_all): ordinal keys cannot see that gap.
     ev = trace.events
     co = co.assign(
         stream=trace.tracks[S.TRACK_NAME].to_numpy()[ev[S.TRACK].to_numpy()[co[S.EVENT]]]
@@ -259,7 +267,7 @@ def test_sampled_ranks_collectives_match_across_files():
     ]
     assert len(shared_pairs) == 5
     assert sum(a == b for a, b in shared_pairs) == 4
-    assert ("|SendRecv|1", "|SendRecv|0") in shared_pairs
+    assert ("|AllToAll|1", "|AllToAll|0") in shared_pairs
     matched = co.groupby(S.COLL_KEY)[S.RANK].nunique()
     assert (matched == 2).all()  # every key is present on both ranks
 

@@ -20,6 +20,8 @@ class Hardware:
     hbm_bw: float = 0.0
     link_bw: float = 0.0  # collective bandwidth per rank (bus bandwidth units)
     dma_queue_bw: float = 0.0  # one DMA queue
+    #: Where the peaks come from: "built-in table", "profile Metadata" or "config".
+    source: str = "built-in table"
 
     def rate_ratio(self, slow: str, fast: str) -> float | None:
         """Peak of ``slow`` over peak of ``fast`` (0.25 for fp32 against bf16 on trn1); None
@@ -118,14 +120,69 @@ def detect(hardware_text: str, fmt: str = "") -> tuple[str, Hardware] | None:
     for pattern, key in _PATTERNS:
         if re.search(pattern, text):
             return key, PROFILES[key]
-    if fmt.startswith("neuron"):
-        return "trn1", PROFILES["trn1"]  # the documented default target of Neuron profiles
-    return None
+    from tracediag.parsers import BY_FORMAT  # the readers load only when a trace is analysed
+
+    default = getattr(BY_FORMAT.get(fmt), "DEFAULT_HARDWARE", None)  # the reader's own
+    return (default, PROFILES[default]) if default else None
 
 
-def resolve(hardware_text: str, fmt: str, overrides: dict | None = None) -> Hardware | None:
-    """Detect the profile and apply config overrides (``profile``, ``peak_flops_bf16``, ``hbm_bw``...)."""
+def _hz(value: float) -> float:
+    """A clock frequency as Hz: Neuron Metadata writes GHz (2.8); MHz and Hz are accepted."""
+    return value * 1e9 if value < 1e3 else value * 1e6 if value < 1e6 else value
+
+
+def _number(info: dict, key: str) -> float:
+    try:
+        value = float(info.get(key))
+    except (TypeError, ValueError):
+        return float("nan")
+    return value if value > 0 else float("nan")
+
+
+def from_metadata(info: dict, base: Hardware | None) -> Hardware | None:
+    """The peaks a Neuron profile's ``Metadata`` states, over ``base`` (the built-in profile,
+    for what Metadata does not hold: link and DMA-queue bandwidth, the other dtypes' rates):
+    the tensor engine's BF16 peak = rows x cols x 2 FLOP x clock (x physical cores with LNC=2),
+    HBM bandwidth = ``dma_ddr_bandwidth``. None when Metadata states neither."""
+    rows, cols = _number(info, "tensor_engine_num_rows"), _number(info, "tensor_engine_num_cols")
+    clock = _number(info, "tensor_engine_clock_freq")
+    cores = _number(info, "num_physical_cores")
+    te = rows * cols * 2 * _hz(clock) * (cores if cores == cores else 1.0)
+    ddr = _number(info, "dma_ddr_bandwidth")
+    if not (te == te or ddr == ddr):
+        return None
+    base = base or Hardware("custom")
+    flops = dict(base.flops)
+    if te == te:
+        # The table's rate of each dtype against BF16 carries over to the stated peak.
+        bf16 = base.flops.get("bf16")
+        flops = {k: v * te / bf16 for k, v in flops.items()} if bf16 else {}
+        flops["bf16"] = flops.get("bf16", te)
+    name = (
+        f"{base.name} (peaks from profile Metadata)"
+        if base.name != "custom"
+        else ("peaks from profile Metadata")
+    )
+    return replace(
+        base, name=name, flops=flops, hbm_bw=ddr if ddr == ddr else base.hbm_bw,
+        source="profile Metadata",
+    )  # fmt: skip
+
+
+def resolve(
+    hardware_text: str, fmt: str, overrides: dict | None = None, info: dict | None = None
+) -> Hardware | None:
+    """Detect the profile and apply config overrides (``profile``, ``peak_flops_bf16``, ``hbm_bw``...).
+
+    ``info`` (a rank's ``meta.info``): a Neuron profile's Metadata constants, which replace the
+    built-in table's peaks (:func:`from_metadata`); the table is the fallback. A configured
+    ``profile`` takes the table's figures as they are. ``Hardware.source`` says which was used."""
     overrides = dict(overrides or {})
+    if info and "profile" not in overrides:
+        found = detect(hardware_text, fmt)
+        stated = from_metadata(info, found[1] if found else None)
+        if stated is not None:
+            return _apply(stated, overrides)
     key = overrides.pop("profile", None)
     if key is not None:
         if key not in PROFILES:
@@ -138,7 +195,13 @@ def resolve(hardware_text: str, fmt: str, overrides: dict | None = None) -> Hard
         hw = found[1] if found else None
     if hw is None and not overrides:
         return None
-    hw = hw or Hardware("custom")
+    return _apply(hw or Hardware("custom"), overrides)
+
+
+def _apply(hw: Hardware, overrides: dict) -> Hardware:
+    """``hw`` with the config's settings (``peak_flops_<dtype>``, ``hbm_bw``...) applied."""
+    if not overrides:
+        return hw
     flops = dict(hw.flops)
     for k in list(overrides):
         if k.startswith("peak_flops_"):
@@ -149,4 +212,17 @@ def resolve(hardware_text: str, fmt: str, overrides: dict | None = None) -> Hard
     unknown = set(overrides) - set(fields)
     if unknown:
         raise ValueError(f"unknown hardware settings {sorted(unknown)}")
-    return replace(hw, flops=flops, **fields)
+    return replace(hw, flops=flops, source="config", **fields)
+
+
+def credible_peak(peak: float | None, *observed: float) -> float:
+    """``peak`` when no ``observed`` bandwidth exceeds it, else NaN.
+
+    A built-in or configured figure below what the trace itself achieved cannot be this
+    device's peak (the table is wrong for it, or the figure is for another path, such as PCIe
+    against on-device copies): a rule then compares with nothing rather than report a
+    bandwidth above its peak. NaN observations are ignored; no peak gives NaN."""
+    if peak is None or not peak > 0:
+        return float("nan")
+    seen = [float(x) for x in observed if x is not None and x == x]
+    return float(peak) if all(x <= peak * (1 + 1e-9) for x in seen) else float("nan")

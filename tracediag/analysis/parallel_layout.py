@@ -13,6 +13,10 @@ Send/Recv pairs:
   tensor-parallel (Megatron's order), the other data-parallel; a single family is data-parallel
   unless it runs more than two collectives per layer (per-layer TP traffic), which is noted.
 
+When the metadata declares a larger job than the ranks given (``world_size`` 128, two sampled
+ranks), groups known only from their participants are incomplete: they are not used, and the
+notes say so, rather than reading the two ranks as a pair of stages or a group of two.
+
 Anything the inference cannot settle is written to ``notes`` (never guessed silently); an
 explicit layout (``--layout dp=4,tp=8,pp=4`` or ``layout`` in the config) overrides it and
 numbers ranks as Megatron does: tensor-parallel fastest, then data-parallel, then stage.
@@ -137,6 +141,24 @@ def group_members(coll: pd.DataFrame) -> pd.Series:
     return pd.Series(out, index=coll.index)
 
 
+def _lists_members(coll: pd.DataFrame) -> np.ndarray:
+    """Per collective row: the format lists its group's members (not read from participants)."""
+    codes, uniques = pd.factorize(coll[S.GROUP].astype(str).to_numpy())
+    listed = np.array([bool(_MEMBER_LIST.fullmatch(g)) for g in uniques] + [False])
+    return listed[codes]
+
+
+def _declared_world(trace: S.Trace) -> int:
+    """The job's size as the ranks' metadata declares it (Kineto ``distributedInfo.world_size``);
+    0 when none does."""
+    sizes = [
+        int(m.info["world_size"])
+        for m in trace.meta.values()
+        if str(m.info.get("world_size", "")).isdigit()
+    ]
+    return max(sizes, default=0)
+
+
 def _pipelines(p2p: pd.DataFrame, notes: list[str]) -> dict[int, int]:
     """Rank -> stage, from the Send/Recv links (sender of a link's first transfer is upstream)."""
     if not len(p2p):
@@ -256,6 +278,19 @@ def infer_layout(trace: S.Trace) -> Layout:
             S.COLL_KEY: coll[S.COLL_KEY].to_numpy(),
         }
     )
+    declared = _declared_world(trace)
+    if declared > len(ranks):
+        # A group the format does not list is read from its instances' participants: with ranks
+        # of the job missing, those are only the ranks given, not the group (2 sampled ranks of
+        # a 128-rank all-to-all would read as a pair). Such groups say nothing about the layout.
+        listed = _lists_members(coll)
+        given = f"{len(ranks)} of the job's {declared} ranks given (world size {declared})"
+        if not listed.any():
+            given += ": its groups are incomplete (the trace lists no members), layout not inferred"
+        elif not listed.all():
+            given += ": groups the trace does not list are incomplete and not used"
+        notes.append(given)
+        rows = rows[listed]
     is_p2p = rows["op"].isin(P2P_OPS).to_numpy()
     # Kineto names a Send/Recv by the whole pipeline group: the pair is its two participants.
     p2p = rows[is_p2p]
@@ -286,6 +321,11 @@ def infer_layout(trace: S.Trace) -> Layout:
         coords[dim] = pd.Series(position, dtype=np.int64).reindex(coords.index).fillna(0)
     coords = coords.astype(np.int64)
     world = len(ranks)
+    if declared > world:
+        # The sizes of the groups seen (listed ones) stand; the rest of the job is not guessed.
+        return Layout(
+            sizes["dp"], sizes["tp"], sizes["pp"], sizes["ep"], "inferred", coords, tuple(notes)
+        )
     if sizes["dp"] * sizes["tp"] * sizes["pp"] != world and "dp" not in found:
         rest = world // (sizes["tp"] * sizes["pp"])
         if rest > 1 and rest * sizes["tp"] * sizes["pp"] == world:

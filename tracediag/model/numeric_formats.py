@@ -8,7 +8,8 @@ Sources, in order of trust:
   ratio near 1 is a 16-bit matmul, near 4 an FP32 one (the NeuronCore's bf16/fp32 peak ratio),
   near 1/2 an FP8 one (:func:`from_flops_ratio`);
 - GPU kernel names (``sm90_xmma_gemm_bf16bf16_...``, ``ampere_sgemm_128x64_nn``,
-  ``cutlass_80_tensorop_s1688gemm_...``), classified by :func:`from_kernel_names`.
+  ``cutlass_80_tensorop_s1688gemm_...``, Tensile ``Cijk_..._BBS_...``, Composable Kernel
+  ``_ZN2ck...GridwiseGemm...ttft...``), classified by :func:`from_kernel_names`.
 
 Every function works on a Categorical's few categories, never on one Python string per event.
 """
@@ -41,24 +42,46 @@ _SPELLINGS = {
 _EXACT = {k: re.compile(rf"^(?:{v})$", re.I) for k, v in _SPELLINGS.items()}
 
 # GPU kernel names: the first rule that matches wins (explicit dtype tokens before the shapes of
-# the MMA instructions, which only imply a type). Lower-case patterns.
+# the MMA instructions, which only imply a type). Lower-case patterns. Tokens are bounded by
+# characters that cannot continue them, never bare fragments such as ``_sb_``: a mangled name
+# (``..._SA_SB_SB_...``) is full of those. Tensile and Composable Kernel names are read by their
+# own grammar first (:func:`_tensile_dtype`, :func:`_ck_dtype`).
 _KERNEL_RULES = (
     ("fp8", r"e4m3|e5m2|f8f8|_fp8|fp8_|float8|_f8_"),
-    ("bf16", r"bf16|bfloat16|_bbs_|_bss_|_bb_"),
-    (
-        "fp16",
-        r"fp16|f16f16|_f16_|c10::half|__half|_hhs_|_hss_|_hh_|h16816gemm|h1688gemm|h884gemm|hgemm",
-    ),
+    ("bf16", r"bf16|bfloat16"),
+    ("fp16", r"fp16|f16f16|_f16_|c10::half|__half|h16816gemm|h1688gemm|h884gemm|hgemm"),
     ("tf32", r"tf32|tensorop_s1688gemm|_xf32"),
-    ("fp32", r"sgemm|gcgemm|f32f32|fp32|float32|_sb_|_ss_|gemm\w*<float|\bfloat\b"),
-    ("fp64", r"dgemm|fp64|<double|_dd_"),
+    ("fp32", r"sgemm|gcgemm|f32f32|fp32|float32|gemm\w*<float|\bfloat\b"),
+    ("fp64", r"dgemm|fp64|<double"),
 )
 _KERNEL_PATTERNS = [(d, re.compile(p)) for d, p in _KERNEL_RULES]
+
+# Tensile / hipBLASLt: ``Cijk_<A>_<B>_<types>_...``; the types token starts with the A/B data type
+# (``BBS``: bf16 in, fp32 compute; ``SB``: fp32 with beta; ``HHS``, ``DB``, ``F8SS``, ``I8II``).
+_TENSILE = re.compile(r"^cijk_a[a-z]+_b[a-z]+_([a-z0-9]+)_")
+_TENSILE_NAME = re.compile(r"cijk_a[a-z]+_b[a-z]+_[a-z0-9]+_")
+_TENSILE_TYPE = (
+    ("fp8", r"f8|b8"),
+    ("int8", r"i8|4xi8"),
+    ("bf16", r"b"),
+    ("fp16", r"h"),
+    ("fp32", r"s|c"),
+    ("fp64", r"d|z"),
+)
+# Composable Kernel (``_ZN2ck...``): the Itanium-mangled template arguments of the gridwise GEMM
+# name its data types as a run of builtin codes (``ttft``: A, B bf16 = ushort, acc float, C bf16;
+# ``DF16_`` _Float16, ``f`` float, ``d`` double, ``a`` int8, ``DB8_`` f8). The first is A's.
+_CK = re.compile(r"^_ZN2ck")
+_CK_RUN = re.compile(r"(?:GridwiseGemm\w*?I(?:Li\d+E)*|S\d*_)((?:DF16_|DB8_|[tfda]){3,})[NLSEI]")
+_CK_TYPE = {"t": "bf16", "DF16_": "fp16", "f": "fp32", "d": "fp64", "a": "int8", "DB8_": "fp8"}
+
 #: Kernels that run matrix multiplies (cuBLAS/cuDNN/CUTLASS/Tensile/Triton names).
 MATMUL_KERNEL = (
     r"(?<!fb)gemm|xmma|matmul|cutlass|^cijk_|wgmma|fprop|dgrad|wgrad"
     r"|triton\w*_(?:b?mm|addmm)(?:_|\d|$)"
 )
+
+_MATMUL_HELPER = r"offsets?kernel"
 
 _OPERAND_DTYPE = r"(?:src\d*=|dtype=)([A-Za-z][A-Za-z0-9_]*)(?:@|\s|$)"
 
@@ -130,12 +153,32 @@ def from_kernel_names(names) -> pd.Categorical:
 
     def mapper(cats: pd.Series) -> pd.Series:
         low = cats.str.lower()
-        out = pd.Series(None, index=cats.index, dtype=object)
+        out = _tensile_dtype(low)
+        ck = cats.str.contains(_CK)
+        out[ck] = _ck_dtype(cats[ck])
+        grammar = low.str.match(_TENSILE_NAME) | ck  # read by their grammar, or not at all
         for name, pattern in _KERNEL_PATTERNS:
-            out[out.isna() & low.str.contains(pattern)] = name
+            out[out.isna() & ~grammar & low.str.contains(pattern)] = name
         return out
 
     return _map_categories(names, mapper)
+
+
+def _tensile_dtype(low: pd.Series) -> pd.Series:
+    """Dtype of Tensile/hipBLASLt kernels (lower-case names) from their types token; else None."""
+    token = low.str.extract(_TENSILE, expand=False)
+    out = pd.Series(None, index=low.index, dtype=object)
+    out[token.notna() & low.str.contains("_xf32")] = "tf32"
+    for name, prefix in _TENSILE_TYPE:
+        out[out.isna() & token.str.match(prefix).fillna(False).astype(bool)] = name
+    return out
+
+
+def _ck_dtype(cats: pd.Series) -> pd.Series:
+    """Dtype of Composable Kernel kernels from the first code of their data-type run; else None."""
+    run = cats.str.extract(_CK_RUN, expand=False).fillna("")
+    first = run.str.extract(r"^(DF16_|DB8_|[tfda])", expand=False)
+    return first.map(_CK_TYPE).astype(object).where(first.notna(), None)
 
 
 def names(values: pd.Categorical, missing: str = "unknown") -> np.ndarray:
@@ -154,7 +197,10 @@ def is_matmul_kernel(names) -> np.ndarray:
     """Per row: the name is a GPU matmul/convolution kernel."""
     cat = _categorical(names)
     cats = pd.Series(np.asarray(cat.categories.astype(str), dtype=object))
-    hit = np.append(cats.str.lower().str.contains(MATMUL_KERNEL).to_numpy(dtype=bool), False)
+    low = cats.str.lower()
+    # cuDNN's split-K/offset helpers (``cask_cudnn::computeWgradBOffsetsKernel``) only index.
+    hit = low.str.contains(MATMUL_KERNEL) & ~low.str.contains(_MATMUL_HELPER)
+    hit = np.append(hit.to_numpy(dtype=bool), False)
     return hit[cat.codes]
 
 

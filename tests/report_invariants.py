@@ -1,0 +1,95 @@
+"""Properties every report must have, checked on every Diagnosis the test suite makes.
+
+``tests/conftest.py`` wraps :func:`tracediag.engine.diagnose.diagnose` so that each result is
+checked by :func:`violations`; a test whose diagnosis breaks one fails with the list.
+
+1. Saving within the path. No finding's saving exceeds the critical path it is measured on
+   (``saving_ns <= path.length_ns``): a replay cannot shorten the step by more than the step.
+2. Saving within impact, for the rules whose change only shortens the events they cite, with
+   ``impact_ns`` the time those events occupy on the critical path (:data:`SAVING_WITHIN_IMPACT`).
+   Why that bounds the saving: with P the old critical path, the new longest path is at least
+   as long as P with the new durations, so the step shrinks by at most the time removed from
+   P's nodes, which is at most their time on P, the impact. Read from each rule:
+
+   - NUM701: durations of the cited FP32 matmuls times the 16-bit rate ratio; impact = their
+     on-path time.
+   - NUM702: durations of the cited transposing instructions less their transpose share; impact =
+     their on-path time times that share.
+   - CMP302: durations of the bottleneck engine's events on the bound ranks scaled down; impact =
+     the path's time on that engine over all ranks (a superset of what changes).
+   - Rules with no what-if (``saving_ns == 0``: CMP301, PIP601, TRC50x) satisfy it trivially.
+
+   Not in the set, since their change does more than shorten the cited path segments: COL201
+   (a rank's pace restored to its peers' and its gaps closed), COL202/COL203 (every participant's
+   transfer shortened, and gaps), DMA101/DMA102/DMA103 (queueing and packet merging restore whole
+   queues), HST401 (host gaps), NUM703 (spill traffic removed), PIP602 (stages rebalanced).
+3. No bandwidth above the peak it is compared with: in a finding's evidence, ``busbw`` <=
+   ``link_bw`` and ``achieved_bw``/``typical_bw`` <= ``peak_bw`` (where both are finite).
+4. No engine the device lacks: a finding's ``engine`` is an engine of one of its ranks' tracks,
+   or a function those ranks have events of (``dma`` for copies, ``cc`` for collectives, ``cpu``
+   for host threads).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tracediag.model import schema as S
+
+#: Rules whose what-if only shortens the events they cite (see the module docstring, 2).
+SAVING_WITHIN_IMPACT = frozenset({"NUM701", "NUM702", "CMP302"})
+#: Bandwidths in a finding's evidence and the peak each is compared with.
+BANDWIDTH_PEAKS = (("busbw", "link_bw"), ("achieved_bw", "peak_bw"), ("typical_bw", "peak_bw"))
+#: Engines a rank has when it has events of a kind (the function, not a track's engine name).
+KIND_ENGINES = {"dma": "dma", "collective": "cc", "host": "cpu", "sync": "cpu"}
+#: Rounding slack for savings from replays in integer ns.
+SLACK_NS = 1
+
+
+def _engines_by_rank(trace: S.Trace) -> dict[int, set[str]]:
+    """Per rank: its tracks' engines and the functions it has events of."""
+    ev = trace.events
+    out: dict[int, set[str]] = {}
+    if not len(ev):
+        return out
+    track_engine = trace.tracks[S.ENGINE].astype(str).to_numpy()
+    pairs = (
+        ev[[S.RANK]]
+        .assign(engine=track_engine[ev[S.TRACK].to_numpy()], kind=ev[S.KIND].astype(str))
+        .drop_duplicates()
+    )
+    for rank, engine, kind in pairs.itertuples(index=False):  # distinct (rank, engine, kind)
+        have = out.setdefault(int(rank), set())
+        have.add(str(engine))
+        if kind in KIND_ENGINES:
+            have.add(KIND_ENGINES[kind])
+    return out
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float, np.floating, np.integer)) and math.isfinite(value)
+
+
+def violations(diagnosis) -> list[str]:
+    """Every property (module docstring) a diagnosis breaks, one line per finding and property."""
+    out: list[str] = []
+    path_ns = int(diagnosis.analysis.path.length_ns)
+    engines = _engines_by_rank(diagnosis.trace)
+    for f in diagnosis.findings:
+        where = f"{f.code} ranks {list(f.ranks)} engine {f.engine!r}"
+        if f.saving_ns > path_ns + SLACK_NS:
+            out.append(f"{where}: saving {f.saving_ns} ns > critical path {path_ns} ns")
+        if f.code in SAVING_WITHIN_IMPACT and f.saving_ns > f.impact_ns + SLACK_NS:
+            out.append(f"{where}: saving {f.saving_ns} ns > impact {f.impact_ns} ns")
+        ev = f.evidence or {}
+        for bw, peak in BANDWIDTH_PEAKS:
+            both = _finite(ev.get(bw)) and _finite(ev.get(peak)) and ev[peak] > 0
+            if both and ev[bw] > ev[peak] * (1 + 1e-9):
+                out.append(f"{where}: {bw} {ev[bw]:.4g} above {peak} {ev[peak]:.4g}")
+        if f.engine and f.ranks:
+            have = set().union(*(engines.get(int(r), set()) for r in f.ranks))
+            if f.engine not in have:
+                out.append(f"{where}: names engine {f.engine!r}; its ranks have {sorted(have)}")
+    return out
