@@ -12,6 +12,7 @@ import orjson
 import pandas as pd
 import pytest
 
+from tests.reading_probes import record_parsing
 from tracediag.cli.main import main
 from tracediag.engine.diagnose import diagnose
 from tracediag.loading import cache, cache_frames
@@ -151,20 +152,6 @@ def test_loaded_arrays_are_writable(root):
 
 
 # ---- through load() -----------------------------------------------------------------------
-
-
-def record_parsing(monkeypatch, job) -> list[Path]:
-    """The readers of ``job``, recording the paths they are asked to parse."""
-    calls: list[Path] = []
-    for reader in {reader for _, reader in discover([job])[0]}:
-        real = reader.read
-
-        def counting(path, real=real):
-            calls.append(Path(path))
-            return real(path)
-
-        monkeypatch.setattr(reader, "read", counting)
-    return calls
 
 
 @pytest.mark.parametrize("job", [CHROME, PARQUET], ids=lambda p: p.parent.name)

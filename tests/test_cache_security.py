@@ -22,6 +22,7 @@ import pytest
 
 import tracediag.loading
 import tracediag.parsers
+from tests.reading_probes import record_parsing
 from tracediag.cli.main import main
 from tracediag.engine.diagnose import diagnose
 from tracediag.generator import generate
@@ -49,20 +50,6 @@ def planted_pickle(marker: Path) -> bytes:
 
 def entries(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if not p.name.startswith("."))
-
-
-def record_parsing(monkeypatch, job) -> list[Path]:
-    """The readers of ``job``, recording the paths they are asked to parse."""
-    calls: list[Path] = []
-    for reader in {reader for _, reader in discover([job])[0]}:
-        real = reader.read
-
-        def counting(path, real=real):
-            calls.append(Path(path))
-            return real(path)
-
-        monkeypatch.setattr(reader, "read", counting)
-    return calls
 
 
 def report_json(trace) -> bytes:
