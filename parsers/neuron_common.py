@@ -23,6 +23,7 @@ ENGINE_ALIASES = {
     "tensormatrix": "tensor",
     "pe": "tensor",
     "vector": "vector",
+    "dve": "vector",  # the hardware name of the vector engine (legacy JSON ``subgroup``)
     "scalar": "scalar",
     "act": "scalar",
     "activation": "scalar",
@@ -32,10 +33,19 @@ ENGINE_ALIASES = {
     "sp": "sync",
 }
 
-#: The schema major version the field reference documents; a higher major renamed fields.
-KNOWN_SCHEMA_MAJOR = 7
+#: The schema major versions seen in real output: 7 (SDK 2.31, the field reference) and 12
+#: (SDK 2.33). Another major may have renamed fields: the reader names the ones it missed.
+KNOWN_SCHEMA_MAJORS = (7, 12)
+KNOWN_SCHEMA_MAJOR = max(KNOWN_SCHEMA_MAJORS)
 
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])rank[_-]?(\d+)(?![0-9])")
+#: What the profiler's file and folder names state: the logical NeuronCore (``..._vnc_3``), the
+#: process (``i-0ab..._pid_98399``, ``pid4100``), the process-local core (``profile_nc_0``) and
+#: the compiled model (``device_profile_model_2``).
+_NAME_TOKENS = {
+    key: re.compile(rf"(?:^|[^a-z0-9]){key}[_-]?(\d+)(?![0-9])")
+    for key in ("vnc", "pid", "nc", "model")
+}
 
 
 def normalise_engines(values: pd.Series) -> pd.Categorical:
@@ -58,6 +68,14 @@ def rank_from_name(name: str) -> int | None:
     """The rank a file or directory name states (rank_3, profile_rank_3.json, rank3), if any."""
     match = _RANK_IN_NAME.search(name.lower())
     return int(match.group(1)) if match else None
+
+
+def name_tokens(name: str) -> dict[str, int]:
+    """The numbers a profile's name states: ``rank``, ``vnc``, ``pid``, ``nc``, ``model``."""
+    lowered = name.lower()
+    found = {k: int(m.group(1)) for k, rx in _NAME_TOKENS.items() if (m := rx.search(lowered))}
+    rank = rank_from_name(name)
+    return found | ({"rank": rank} if rank is not None else {})
 
 
 def natural_key(name: str) -> list:
@@ -138,14 +156,20 @@ def device_of(info: dict) -> str:
 def schema_warning(version: object, meta: S.RankMeta) -> None:
     """Warn (in ``meta``) when the profile's schema major version is newer than documented."""
     text = "" if version is None else str(version).strip()
-    match = re.match(r"v?(\d+)", text)
-    if match and int(match.group(1)) <= KNOWN_SCHEMA_MAJOR:
+    if schema_known(version):
         return
+    known = " or ".join(f"{m}.x" for m in KNOWN_SCHEMA_MAJORS)
     meta.info["schema_warning"] = (
-        f"profile schema version {text or '(missing)'} is not a known {KNOWN_SCHEMA_MAJOR}.x "
+        f"profile schema version {text or '(missing)'} is not a known {known} "
         "version: fields may have been renamed or removed; results may be incomplete"
     )
     meta.count("unknown schema major version", 1)
+
+
+def schema_known(version: object) -> bool:
+    """True for a schema version whose major this reader was written against."""
+    match = re.match(r"v?(\d+)", "" if version is None else str(version).strip())
+    return bool(match) and int(match.group(1)) in KNOWN_SCHEMA_MAJORS
 
 
 def numeric_summary(row: dict) -> dict[str, float]:

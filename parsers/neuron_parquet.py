@@ -11,12 +11,22 @@ any names). Mappings (field names as in schema reference 7.4.0):
 - ``Flow`` -> edges (see :mod:`neuron_flow`); a CcOp that no Flow edge reaches gets an edge from
   the instruction that triggered it (same engine, start = ``trigger_start_ts``);
 - ``Summary`` -> ``meta.summary``; ``Metadata`` -> ``meta.info``; ``ActiveTime`` busy time per
-  engine, the ``SemaphoreUpdate`` row count and the ``Error`` rows by kind -> ``meta.info``;
+  engine, the ``SemaphoreUpdate`` row count, the ``Error`` rows by kind and the bytes of the
+  ``TensorInfo`` IN/OUT tensors (``tensor_io_bytes``) -> ``meta.info``;
 - instruction dtypes from ``adjusted_flops`` against ``raw_flops``, else from ``operands``.
 
-Ranks come from the directory name (``rank_3``, ``profile_rank_3``, ``rank3``), else from
-Metadata ``worker_gid``, else (inside a parent) from the directories' natural order, else rank 0
-with ``rank_source = "default"`` so that the loader can renumber it.
+An Explorer data path (``<data-path>/profiles/global/<name>@latest/``) is read as the folder of
+its profiles; which profiles make the job and their ranks come from the names
+(:mod:`neuron_parquet_profiles`: ``rank_3``, ``vnc_3``, pid and ``nc_<k>`` order; other jobs and
+other compiled models are skipped with a note), else from Metadata ``worker_gid``, else (inside a
+parent) from the directories' natural order, else rank 0 with ``rank_source = "default"`` so that
+the loader can renumber it.
+
+What the profile says about itself (the ``Warning`` table, DMA tables absent or empty, an
+unknown schema major), duplicate DMA packets, bytes as AWS counts them, transfers against the
+32 KiB target and the ``ExecutionInfo`` executions: :mod:`neuron_parquet_notes` and
+:mod:`neuron_parquet_dma`. Metadata's hardware constants feed
+:func:`tracediag.analysis.hardware.from_metadata`.
 """
 
 from __future__ import annotations
@@ -37,12 +47,29 @@ from tracediag.parsers.neuron_common import (
     normalise_engines,
     numeric_summary,
     rank_from_name,
+    schema_known,
     schema_warning,
 )
 from tracediag.parsers.neuron_errors import ERROR_COLUMNS, record_errors
 from tracediag.parsers.neuron_events import times
 from tracediag.parsers.neuron_flow import flow_edges
+from tracediag.parsers.neuron_parquet_cc import fill_empty_groups
+from tracediag.parsers.neuron_parquet_dma import (
+    data_bytes,
+    drop_duplicate_packets,
+    transfer_stats,
+)
+from tracediag.parsers.neuron_parquet_notes import (
+    add_note,
+    dma_presence,
+    execution_steps,
+    profiler_warnings,
+    schema_fields_missing,
+    steps_of,
+)
+from tracediag.parsers.neuron_parquet_profiles import data_path_profiles_dir, select_job
 from tracediag.parsers.neuron_parquet_tables import (
+    column_names,
     first_row,
     is_profile_dir,
     read_table,
@@ -52,6 +79,10 @@ from tracediag.parsers.neuron_parquet_tables import (
 from tracediag.parsers.neuron_part import build_part
 
 FORMAT = "neuron-parquet"
+#: A device profile on a NeuronCore clock: the loader joins system profiles onto it.
+NEURON_DEVICE_PROFILE = True
+#: The hardware a profile that names none ran on (the documented default target).
+DEFAULT_HARDWARE = "trn1"
 
 INSTRUCTION_COLUMNS = [
     "start_ts", "end_ts", "duration_ns", "engine", "pcore_idx", "opcode", "id", "hlo_name", "layer",
@@ -62,15 +93,24 @@ INSTRUCTION_COLUMNS = [
 DTYPE_TEXT_COLUMNS = ["operands", "instruction_chain"]
 DMA_COLUMNS = [
     "start_ts", "end_ts", "duration_ns", "id", "packet_aggregation_id", "engine_idx",
-    "transfer_bytes", "variable", "queue_name",
+    "transfer_bytes", "variable", "queue_name", "queue_type", "pcore_idx",
 ]  # fmt: skip
 CC_COLUMNS = [
     "start_ts", "end_ts", "duration_ns", "operation", "algorithm", "dtype", "op_id", "stream_id",
     "trigger_engine", "trigger_start_ts", "input_size", "output_size", "algorithm_bandwidth",
-    "bus_bandwidth", "replica_group",
+    "bus_bandwidth", "replica_group", "stream_index",
 ]  # fmt: skip
 FLOW_COLUMNS = ["in_id", "in_table", "out_id", "out_table"]
 ACTIVE_COLUMNS = ["engine", "start_ts", "end_ts", "duration_ns"]
+EXECUTION_COLUMNS = ["execution_index", "neff_name", "execution_start_ts", "execution_end_ts"]
+WARNING_COLUMNS = ["category", "message"]
+#: Metadata fields the analysis reads (hardware constants, device indices, the time base).
+METADATA_FIELDS = [
+    "profile_schema_version", "instance_type", "neuroncore_idx", "neuron_device_idx",
+    "first_hw_timestamp", "dma_ddr_bandwidth", "tensor_engine_num_rows", "tensor_engine_num_cols",
+    "tensor_engine_clock_freq",
+]  # fmt: skip
+TENSOR_COLUMNS = ["type", "size"]
 
 #: File suffixes of other trace formats: a parent directory holding one beside its profiles is
 #: left to the loader's one-level expansion, so that those files are read too.
@@ -78,14 +118,37 @@ _OTHER_TRACE_SUFFIXES = (".json", ".json.gz", ".pftrace", ".perfetto-trace", ".p
 
 
 def sniff(path: Path) -> bool:
-    """A profile directory, or a directory of profile directories and no other trace file."""
+    """A profile directory, a directory of profile directories and no other trace file, or an
+    Explorer data path (``profiles/global/<name>@latest/``)."""
     path = Path(path)
-    return is_profile_dir(path) or bool(_profile_children(path))
+    return is_profile_dir(path) or bool(_profile_children(_profiles_root(path)))
+
+
+def _profiles_root(path: Path) -> Path:
+    """``path/profiles/global`` for a data path, else ``path``."""
+    if not path.is_dir() or is_profile_dir(path):
+        return path
+    return data_path_profiles_dir(path) or path
+
+
+def rank_units(path: Path) -> list[Path] | None:
+    """The profile directories of a job directory, to read and cache one rank at a time; None
+    for a profile itself, or when a profile's name does not state its rank (numbered by
+    directory order or Metadata, it needs its siblings, so the parent is read whole)."""
+    path = _profiles_root(Path(path))
+    if is_profile_dir(path):
+        return None
+    chosen = select_job(_profile_children(path))
+    # Read whole when something is skipped (the note travels with the parts) or a rank is
+    # numbered from its siblings.
+    if chosen.profiles and not chosen.skipped and all(s == "filename" for _, s in chosen.ranks):
+        return chosen.profiles
+    return None
 
 
 def read(path: Path) -> list[RankPart]:
     """One part per profile directory under ``path`` (``path`` itself when it is a profile)."""
-    path = Path(path)
+    path = _profiles_root(Path(path))
     if is_profile_dir(path):
         rank, source = _stated_rank(path)
         return [_read_profile(path, 0 if rank is None else rank, source or "default")]
@@ -94,13 +157,19 @@ def read(path: Path) -> list[RankPart]:
         raise TraceInputError(
             path, "not a Neuron Explorer Parquet profile (no <Table>.parquet files)"
         )
-    stated = [_stated_rank(d) for d in dirs]
+    chosen = select_job(dirs)
+    stated = [
+        named if named[0] is not None else _metadata_rank(d)
+        for d, named in zip(chosen.profiles, chosen.ranks, strict=True)
+    ]
     free = (i for i in count() if i not in {r for r, _ in stated})
     parts = []
-    for d, (rank, source) in zip(dirs, stated, strict=True):
+    for d, (rank, source) in zip(chosen.profiles, stated, strict=True):
         if rank is None:
             rank, source = next(free), "directory order"
         parts.append(_read_profile(d, rank, source))
+    for note in chosen.skipped:
+        add_note(parts[0].meta, "profiles skipped", "info", note)
     return parts
 
 
@@ -130,6 +199,10 @@ def _stated_rank(path: Path) -> tuple[int | None, str | None]:
     rank = rank_from_name(path.name)
     if rank is not None:
         return rank, "filename"
+    return _metadata_rank(path)
+
+
+def _metadata_rank(path: Path) -> tuple[int | None, str | None]:
     metadata, _ = first_row(table_files(path).get("Metadata"))
     gid = pd.to_numeric(pd.Series([metadata.get("worker_gid")]), errors="coerce").iloc[0]
     return (int(gid), "metadata") if pd.notna(gid) else (None, None)
@@ -142,8 +215,9 @@ def _read_profile(path: Path, rank: int, rank_source: str) -> RankPart:
     meta.info.update(metadata)
     meta.info["rank_source"] = rank_source
     meta.hardware = str(metadata.get("instance_type") or "")
+    version = metadata.get("profile_schema_version")
     if "Metadata" in files:
-        schema_warning(metadata.get("profile_schema_version"), meta)
+        schema_warning(version, meta)
     summary, summary_rows = first_row(files.get("Summary"))
     meta.summary = numeric_summary(summary)
     meta.count("Summary: rows after the first ignored", max(summary_rows - 1, 0))
@@ -152,7 +226,50 @@ def _read_profile(path: Path, rank: int, rank_source: str) -> RankPart:
     active = read_table(files.get("ActiveTime"), ACTIVE_COLUMNS, ("engine", "start_ts"))
     if active is not None:
         meta.info["active_time_ns"] = active_time_per_engine(active)
-    return _events_part(files, meta, device_of(metadata))
+    tensors = read_table(files.get("TensorInfo"), TENSOR_COLUMNS)
+    if tensors is not None and set(TENSOR_COLUMNS) <= set(tensors.columns):
+        meta.info["tensor_io_bytes"] = io_tensor_bytes(tensors)
+    profiler_warnings(read_table(files.get("Warning"), WARNING_COLUMNS), meta)
+    if "Metadata" in files and not schema_known(version):
+        wanted = {
+            "Instruction": INSTRUCTION_COLUMNS, "DmaPacket": DMA_COLUMNS, "CcOp": CC_COLUMNS,
+            "Flow": FLOW_COLUMNS, "ActiveTime": ACTIVE_COLUMNS, "Metadata": METADATA_FIELDS,
+        }  # fmt: skip
+        present = {t: column_names(files[t]) for t in wanted if t in files}
+        schema_fields_missing(version, wanted, present, meta)
+    try:
+        part = _events_part(files, meta, device_of(metadata))
+    except TraceInputError as exc:
+        if "Metadata" not in files or schema_known(version):
+            raise
+        raise TraceInputError(
+            exc.path,
+            f"{exc.problem} (profile schema version {version}: a major version this "
+            "reader has not seen, which may have renamed it)",
+        ) from None
+    spans = execution_steps(
+        read_table(files.get("ExecutionInfo"), EXECUTION_COLUMNS), _time_base(part, metadata), meta
+    )
+    if spans is not None and len(part.events):
+        part.events[S.STEP] = steps_of(part.events[S.TS].to_numpy(dtype=np.int64), spans)
+    return part
+
+
+def _time_base(part: RankPart, metadata: dict) -> int:
+    """The profile start on the events' time base: Metadata ``first_hw_timestamp`` when the
+    events are on the device clock (none starts before it), else 0 (profile-relative times)."""
+    first = pd.to_numeric(pd.Series([metadata.get("first_hw_timestamp")]), errors="coerce")[0]
+    if not len(part.events) or pd.isna(first) or first <= 0:
+        return 0
+    return int(first) if int(part.events[S.TS].min()) >= int(first) else 0
+
+
+def io_tensor_bytes(tensors: pd.DataFrame) -> int:
+    """Bytes of the kernel's input and output tensors (TensorInfo ``type`` IN or OUT, each once):
+    the traffic a kernel cannot avoid (the performance bounds' necessary bytes)."""
+    io = np.isin(np.asarray(tensors["type"].astype(str)), ("IN", "OUT"))
+    size = pd.to_numeric(tensors["size"], errors="coerce").to_numpy(dtype="float64", na_value=0.0)
+    return int(np.nansum(size[io]))
 
 
 def active_time_per_engine(active: pd.DataFrame) -> dict[str, int]:
@@ -182,12 +299,22 @@ def _events_part(files: dict, meta: S.RankMeta, device: str) -> RankPart:
     ):
         texts = read_table(files["Instruction"], DTYPE_TEXT_COLUMNS)
         instr = instr.join(texts) if texts is not None else instr
-    dma_table = "DmaPacket" if "DmaPacket" in files else "DmaPacketAggregated"
-    dma = _timed_table(files, dma_table, DMA_COLUMNS, ("start_ts",))
-    if dma is not None and dma_table == "DmaPacketAggregated":
-        dma["packet_aggregation_id"] = dma.get("id")  # each block is its own first/last packet
-    meta.info["dma_granularity"] = "packet" if dma_table == "DmaPacket" else "block"
+    dma_table = "DmaPacket" if row_count(files.get("DmaPacket")) else "DmaPacketAggregated"
+    has_dma = "DmaPacket" in files or "DmaPacketAggregated" in files
+    dma = None
+    if dma_presence(row_count(files.get(dma_table)) if has_dma else None, meta) == "present":
+        dma = _timed_table(files, dma_table, DMA_COLUMNS, ("start_ts",))
+        dma = drop_duplicate_packets(dma, dma_table, meta)
+        if dma_table == "DmaPacketAggregated":
+            dma["packet_aggregation_id"] = dma.get("id")  # each block is its own transfer
+        nbytes = data_bytes(dma)
+        meta.info["dma_transfers"] = transfer_stats(dma, nbytes)
+        meta.info["dma_packets_without_data"] = int(np.isnan(nbytes).sum())
+        dma["transfer_bytes"] = nbytes  # instruction-queue and tiny packets carry no data bytes
+        meta.info["dma_granularity"] = "packet" if dma_table == "DmaPacket" else "block"
     cc = _timed_table(files, "CcOp", CC_COLUMNS, ("start_ts",))
+    if cc is not None:
+        cc = fill_empty_groups(cc, meta)
     flow = read_table(files.get("Flow"), FLOW_COLUMNS, tuple(FLOW_COLUMNS))
     return build_part(
         meta,

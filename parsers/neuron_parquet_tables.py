@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tracediag.io.files import PARQUET_MAGIC
@@ -82,15 +83,20 @@ NUMBER_COLUMNS = frozenset(
      "bus_bandwidth"]
 )  # fmt: skip
 
-_TABLE_FILE = re.compile(r"^(?P<table>[A-Za-z]+)(?:_(?P<part>\d+))?\.parquet$")
+_TABLE_FILE = re.compile(r"^(?P<table>[A-Za-z_]+?)(?:_(?P<part>\d+))?\.parquet$")
+#: Table names as files may spell them: ``DmaPacketAggregated`` or ``dma_packet_aggregated``.
+_TABLE_SPELLINGS = {t: t for t in KNOWN_TABLES} | {
+    re.sub(r"(?<!^)(?=[A-Z])", "_", t).lower(): t for t in KNOWN_TABLES
+}
 
 
 def _table_of(name: str) -> tuple[str, int] | None:
     match = _TABLE_FILE.match(name)
-    if not match or match.group("table") not in KNOWN_TABLES:
+    table = _TABLE_SPELLINGS.get(match.group("table")) if match else None
+    if table is None:
         return None
     part = match.group("part")
-    return match.group("table"), -1 if part is None else int(part)
+    return table, -1 if part is None else int(part)
 
 
 def _has_parquet_magic(path: Path) -> bool:
@@ -142,13 +148,23 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:200] or type(exc).__name__
 
 
+def _is_text_list(kind: pa.DataType) -> bool:
+    """A list of strings: how schema 12 writes ``nki_source_location`` (declared a string)."""
+    return (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and (
+        pa.types.is_string(kind.value_type) or pa.types.is_large_string(kind.value_type)
+    )
+
+
 def _to_frame(table: pa.Table) -> pd.DataFrame:
     """Arrow -> pandas without a Python object per row: integers become nullable ``Int64``
-    (unsigned 64-bit ids wrap to int64, as the device writes them), text becomes Categorical."""
+    (unsigned 64-bit ids wrap to int64, as the device writes them), text becomes Categorical,
+    and a list of strings becomes one text joined by "; " (in Arrow, not per row in Python)."""
     for i, fld in enumerate(table.schema):
         col = table.column(i)
         if pa.types.is_dictionary(fld.type):
             col = col.cast(fld.type.value_type)
+        if _is_text_list(col.type):
+            col = pc.binary_join(col, "; ")
         if pa.types.is_integer(col.type) and col.type != pa.int64():
             col = col.cast(pa.int64(), safe=False)
         elif pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
@@ -171,7 +187,7 @@ def _check_types(path: Path, schema: pa.Schema, columns: list[str]) -> None:
         elif name in NUMBER_COLUMNS:
             ok = pa.types.is_integer(kind) or pa.types.is_floating(kind)
         else:
-            ok = not (
+            ok = _is_text_list(kind) or not (
                 pa.types.is_nested(kind)
                 or pa.types.is_binary(kind)
                 or pa.types.is_large_binary(kind)
@@ -214,6 +230,11 @@ def read_table(
             files[0].parent, f"parts of one table disagree ({_one_line(exc)})"
         ) from None
     return _to_frame(table)
+
+
+def column_names(files: list[Path]) -> list[str]:
+    """The columns a table's parts hold (from the footers; no column is read)."""
+    return list(dict.fromkeys(n for p in files for n in _open(p).schema_arrow.names))
 
 
 def row_count(files: list[Path] | None) -> int:

@@ -154,7 +154,8 @@ def test_flow_edges_resolve_blocks_packets_and_cc_ops(rank5):
     p1, p2, p3 = (_row(part, "dma", i) for i in (1, 2, 3))
     c7, c8 = _row(part, "collective", 7), _row(part, "collective", 8)
     assert _edge_set(part) == {
-        (i11, p1, "dma_trigger"),  # into block 500: its first packet
+        (i11, p1, "dma_trigger"),  # into block 500: every packet of it (rings serve them
+        (i11, p2, "dma_trigger"),  # in parallel, each waits for the trigger)
         (p2, i13, "dependency"),  # out of block 500: its last packet
         (p3, i13, "dependency"),  # a packet named directly
         (i10, i11, "dependency"),
@@ -366,8 +367,8 @@ def test_rows_without_time_are_dropped_and_counted_with_their_edges(tmp_path):
     assert part.events[part.events[S.KIND] == "compute"][S.SRC_ID].tolist() == [10, 12, 13]
     assert part.meta.repairs["Instruction: dropped, no valid timestamp or duration"] == 1
     assert (
-        part.meta.repairs["edges: dropped, an end event had no valid time"] == 2
-    )  # 10->11, 11->blk
+        part.meta.repairs["edges: dropped, an end event had no valid time"] == 3
+    )  # 10->11, 11->blk (both of its packets)
     assemble([part])
 
 
@@ -392,7 +393,8 @@ def test_device_clock_timestamps_and_unsigned_ids_stay_exact(tmp_path):
 
 def test_whole_profile_passes_assemble(tmp_path):
     trace = assemble(neuron_parquet.read(write_profile(tmp_path / "rank_1")))
-    assert len(trace.events) == 9 and len(trace.edges) == 6 and len(trace.collectives) == 2
+    # 7 edges: the trigger into block 500 binds both its packets.
+    assert len(trace.events) == 9 and len(trace.edges) == 7 and len(trace.collectives) == 2
     assert sorted(trace.tracks[S.TRACK_NAME]) == [
         "cc stream 0", "cc stream 1", "dma engine 3", "gpsimd", "qSyncIO0", "sync", "tensor", "vector",
     ]  # fmt: skip

@@ -1,0 +1,52 @@
+"""CcOp rows before they become collectives: replica groups the UI shows as ``[]``.
+
+A CcOp's ``replica_group`` can be empty (``Replica group: []`` in the UI) while other ops of
+the same CC stream name it; ops of one stream serve one group, so an empty group takes the
+group its stream's other ops name (the stream by ``stream_id``, unique within the profile;
+``stream_index`` is relative to the execution). An empty group no op of its stream names stays
+empty and is counted: such an op is matched across ranks by stream and op id alone.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracediag.model import schema as S
+from tracediag.parsers.neuron_common import column, ints
+
+
+def _is_empty(groups: pd.Series) -> np.ndarray:
+    """Groups written as ``[]`` (a missing group is not given at all: it stays missing)."""
+    text = groups.astype("string")
+    flat = text.str.replace(r"[\s\[\]]", "", regex=True)
+    return (text.notna() & (flat == "")).to_numpy(dtype=bool)
+
+
+def fill_empty_groups(cc: pd.DataFrame, meta: S.RankMeta) -> pd.DataFrame:
+    """``cc`` with empty replica groups filled from their stream's other ops (see module)."""
+    groups = column(cc, "replica_group")
+    if groups is None or not len(cc):
+        return cc
+    empty = _is_empty(groups)
+    if not empty.any():
+        return cc
+    # stream_id is unique within the profile (stream_index repeats in every execution).
+    stream, valid = ints(column(cc, "stream_id"), len(cc))
+    text = groups.astype("string")
+    named = pd.Series(text[~empty & valid].to_numpy(), index=stream[~empty & valid])
+    # The group most of the stream's ops name (a handful of streams).
+    common = (
+        named.groupby(level=0).agg(lambda g: g.value_counts().index[0]) if len(named) else named
+    )
+    fill = pd.Series(stream).map(common).to_numpy(dtype=object)
+    filled = empty & valid & pd.notna(fill)
+    out = text.to_numpy(dtype=object)
+    out[filled] = fill[filled]
+    cc = cc.copy()
+    cc["replica_group"] = pd.Categorical(out)
+    meta.count("CcOp: empty replica group taken from its stream's other ops", int(filled.sum()))
+    meta.count(
+        "CcOp: empty replica group, no op of its stream names one", int((empty & ~filled).sum())
+    )
+    return cc
