@@ -16,6 +16,7 @@ import traceback
 from tracediag import __version__
 from tracediag.cli import (
     baseline_cmd,
+    bounds_cmd,
     check_cmd,
     completion,
     diff_cmd,
@@ -59,8 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     rules_cmd.add_parsers(commands)
     generate_cmd.add_parser(commands)
     export_cmd.add_parser(commands)
+    bounds_cmd.add_parser(commands)
     tui_command.add_parser(commands)
-    completion.add_parser(commands)
+    completion.add_parser(commands, parser)
     return parser
 
 
@@ -96,13 +98,32 @@ def _check_command(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     raise UsageError(f"unknown command '{argv[0]}'{hint}")
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parser.parse_args``, but an option the subcommand does not know is that subcommand's
+    error: it names the closest of its options and points to its own ``--help``."""
+    args, extra = parser.parse_known_args(argv)
+    if not extra:
+        return args
+    sub = next(
+        a.choices[args.command]
+        for a in parser._actions
+        if isinstance(a, argparse._SubParsersAction)
+    )
+    flags = [o for a in sub._actions for o in a.option_strings]
+    guess = next((x for x in extra if x.startswith("-")), "")
+    close = difflib.get_close_matches(guess.split("=")[0], flags, n=1, cutoff=0.6) if guess else []
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    sub.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+    raise AssertionError("unreachable")  # error() raises
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns the exit code. Expected errors become one line on stderr."""
     try:
         parser = build_parser()
         argv = _tui_by_default(parser, argv)
         _check_command(parser, argv)
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
         return args.run(args)
     except TracediagError as exc:
         _fail(exc.one_line())

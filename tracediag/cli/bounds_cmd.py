@@ -1,0 +1,178 @@
+"""``tracediag bounds PATH...``: the performance bounds of each rank (memory, compute, pipeline),
+the busiest engine and the gaps between the bounds, without running the rules."""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tracediag.cli.common import MAX_WIDTH, add_reading_options, emit, reading_options, say
+from tracediag.model.errors import UsageError
+from tracediag.model.wording import plural
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+FORMATS = ("text", "json")
+#: The schema of ``--format json``.
+BOUNDS_SCHEMA = "tracediag.bounds/1"
+NOTE = (
+    "gaps say where the time goes, not what removing it saves: engines interact, so a saving "
+    "needs a replay (tracediag report)"
+)
+#: Text rows: (family, bound, label).
+_ROWS = (
+    ("memory", "memory_bound", "DMA active (union of transfers)"),
+    ("", "memory_ideal", "DMA bytes at the DMA peak"),
+    ("", "memory_necessary", "IN/OUT tensor bytes at the DMA peak"),
+    ("compute", "compute_bound", "{matrix} engine active"),
+    ("", "compute_ideal", "all its FLOPs at its peak"),
+    ("", "compute_useful", "the same without transposes"),
+    ("pipeline", "pipeline_bound", "busiest engine ({bottleneck})"),
+)
+_BINDING_ROW = {"memory": "memory_bound", "compute": "compute_bound", "pipeline": "pipeline_bound"}
+
+
+def add_parser(commands) -> None:
+    """Register ``bounds`` on the subcommand parsers."""
+    p = commands.add_parser(
+        "bounds",
+        help="print each rank's performance bounds, its bottleneck engine and the gaps",
+        description="Read traces and print, per rank, what its step would take if one category "
+        "of overhead were gone: memory (DMA active time; DMA bytes at the DMA peak; only the "
+        "IN/OUT tensor bytes), compute (tensor-engine active time; its FLOPs at peak; without "
+        "transposes) and pipeline (the busiest engine: the bottleneck), with the gaps between "
+        "consecutive bounds (DMA idle, DMA inefficiency, excess HBM traffic; TE idle, TE "
+        "underutilization, transpose overhead; serialization). Runs no rules.",
+    )
+    p.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="trace files or directories (a Neuron profile directory, per-rank files, a folder "
+        "of them)",
+    )
+    p.add_argument("--format", choices=FORMATS, default="text", help="output (default: text)")
+    p.add_argument(
+        "--start-ns",
+        type=int,
+        metavar="NS",
+        help="start of the window (aligned ns, with --end-ns; default: each rank's device span)",
+    )
+    p.add_argument("--end-ns", type=int, metavar="NS", help="end of the window (aligned ns)")
+    p.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="tracediag.toml or pyproject.toml for [hardware] peaks and align (default: found "
+        "upward from the current directory)",
+    )
+    p.add_argument(
+        "--no-align",
+        action="store_true",
+        help="keep each rank's clock as recorded (the window is then in each rank's own clock)",
+    )
+    add_reading_options(p)
+    p.add_argument("-o", "--output", type=Path, metavar="FILE", help="write to FILE, not stdout")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load, compute the bounds, print them; 0 on success."""
+    if (args.start_ns is None) != (args.end_ns is None):
+        raise UsageError("--start-ns and --end-ns go together")
+    if args.start_ns is not None and args.end_ns <= args.start_ns:
+        raise UsageError("--end-ns must be after --start-ns")
+    from tracediag.analysis import hardware as hw
+    from tracediag.analysis.bounds import bounds_records, bounds_table
+    from tracediag.engine.config import load_config
+    from tracediag.loading.loader import load, stderr_progress
+
+    config = load_config(args.config)
+    trace = load(
+        args.paths,
+        align=config.align and not args.no_align,
+        progress=None if args.quiet else stderr_progress,
+        **reading_options(args),
+    )
+    try:
+        peaks = {
+            r: hw.resolve(m.hardware, m.format, config.hardware) for r, m in trace.meta.items()
+        }
+    except ValueError as exc:  # an unknown [hardware] profile or setting
+        raise UsageError(str(exc)) from None
+    window = None if args.start_ns is None else (args.start_ns, args.end_ns)
+    table = bounds_table(trace, peaks, window)
+    say(args, f"bounds of {plural(len(table), 'rank')}")
+    if args.format == "json":
+        from tracediag.engine.diagnosis import report_json
+
+        emit(
+            args,
+            report_json({"schema": BOUNDS_SCHEMA, "note": NOTE, "ranks": bounds_records(table)}),
+        )
+    else:
+        emit(args, render_text(table))
+    return 0
+
+
+def _fmt(x: float) -> str:
+    return "-" if x != x else f"{round(x):,}"
+
+
+def _ns(x: float) -> str:
+    return "unknown" if x != x else f"{round(x):,} ns"
+
+
+def _pct(x: float, total: float) -> str:
+    return "-" if x != x or not total > 0 else f"{100 * x / total:.1f}"
+
+
+def render_text(table: pd.DataFrame) -> str:
+    """The bounds table of every rank as text (at most 100 columns)."""
+    from tracediag.analysis.bounds import GAPS
+
+    blocks = []
+    for r, row in table.iterrows():  # one row per rank
+        total = float(row["total_ns"])
+        head = f"rank {r}: window {row['start_ns']}..{row['end_ns']} ns ({_fmt(total)} ns); " + (
+            f"bottleneck {row['bottleneck']} ({row['binding']}-bound)"
+            if row["bottleneck"]
+            else "no engine activity"
+        )
+        lines = [head, f"  {'family':<10}{'bound':<40}{'ns':>14}{'% window':>10}"]
+        binding_row = _BINDING_ROW.get(row["binding"], "")
+        for family, bound, label in _ROWS:
+            text = label.format(
+                matrix=row["matrix_engine"] or "matrix", bottleneck=row["bottleneck"] or "-"
+            )
+            value = float(row[f"{bound}_ns"])
+            mark = "  <- binding" if bound == binding_row else ""
+            lines.append(f"  {family:<10}{text:<40}{_fmt(value):>14}{_pct(value, total):>10}{mark}")
+        gaps = [f"{label} {_ns(float(row[f'{g}_ns']))}" for g, (label, _, _) in GAPS.items()]
+        lines.append("  gaps: " + "; ".join(gaps[:3]))
+        lines.append("        " + "; ".join(gaps[3:6]))
+        lines.append("        " + gaps[6])
+        busy = {c[5:-3]: float(row[c]) for c in table.columns if c.startswith("busy_")}
+        order = sorted((k for k, v in busy.items() if v == v), key=lambda k: -busy[k])
+        engines = "engines busy (ns): " + ", ".join(f"{k} {_fmt(busy[k])}" for k in order)
+        lines += textwrap.wrap(engines, MAX_WIDTH, initial_indent="  ", subsequent_indent="    ")
+        lines.append(
+            f"  peaks: DMA {_rate(row['dma_peak_Bps'], 1e9, 'GB/s')} ({row['dma_peak_source']}); "
+            f"{row['matrix_engine'] or 'matrix'} {_rate(row['te_peak_flops'], 1e12, 'TFLOP/s')}"
+        )
+        lines.append(f"         ({row['te_peak_source']})")
+        lines.append(
+            f"  bytes: DMA {_fmt(float(row['dma_bytes']))}, IN/OUT "
+            f"{_fmt(float(row['necessary_bytes']))} ({row['necessary_source']})"
+        )
+        blocks.append("\n".join(lines))
+    body = "\n\n".join(blocks) if blocks else "no ranks"
+    return f"{body}\n\n" + "\n".join(textwrap.wrap(f"Note: {NOTE}.", MAX_WIDTH)) + "\n"
+
+
+def _rate(x: float, unit: float, name: str) -> str:
+    return "unknown" if x != x else f"{x / unit:,.2f} {name}"
