@@ -5,10 +5,13 @@
     python benchmarks/bench.py --case custom --fmt parquet --ranks 4 --scale 50
     python benchmarks/bench.py --suite all --json figures.json  # then: --markdown figures.json
     python benchmarks/bench.py --case chrome-1M --paired 10   # floor, report, floor, ...: ratios
+    python benchmarks/bench.py --suite real --paired 3        # the real traces (table below)
 
 Cases (see ``cases.py`` for the generator options behind the sizes): ``chrome-1M`` (a Kineto
 Chrome JSON of ~1M events, uncompressed), ``parquet-4x1M`` (Neuron Parquet, 4 ranks x ~1M device
-events), ``parquet-64x100k`` (64 ranks x ~100k). Generated files are kept in ``--out``
+events), ``parquet-64x100k`` (64 ranks x ~100k), ``perfetto-2x100k`` (Neuron device Perfetto traces, 2
+ranks x ~99k packets; ``--case perfetto-2x100k --stages floor,decode`` gives packets/s of the
+decoder against the floor, protobuf's parse of each file's bytes as one ``Trace``). Generated files are kept in ``--out``
 (default ``bench_out/``, git-ignored) and reused while the case is unchanged.
 
 Every stage runs in a fresh process, so its peak RSS (``wait4``'s ``ru_maxrss`` of the child) is
@@ -21,11 +24,21 @@ way, untimed), ``graph+path`` (graph build and critical path),
 ``tracediag report --no-cache`` command end to end, interpreter start included; its default
 ``--jobs``, so a multi-rank Parquet job is read by a process pool, a big Chrome file decoded by
 one, and its peak is the largest process's). Optional: ``report-cached`` (the same command reopening the trace from a cache that
-an untimed first run filled). The Chrome floor pauses cyclic GC as the reader does (with it on,
+an untimed first run filled) and, for Perfetto, ``decode`` (the reader's packet decoding alone:
+its figures count packets, as the Perfetto floor's do). The Chrome floor pauses cyclic GC as the reader does (with it on,
 ``orjson.loads`` of 1M events takes several times longer). Each stage shows wall and CPU
 seconds and both as multiples of the floor's: on a shared machine CPU time is the steadier
 figure (for ``report`` it includes the reader pool's processes). ``--repeat N`` keeps each
 stage's best wall time, best CPU time and lowest peak. Not part of the unit tests.
+
+``--suite real`` runs the real public traces of ``../shared/traces`` (``kineto_*.json.gz``;
+none there: nothing to run) instead of generated cases: per trace, ``--paired N`` (default 3)
+alternations of the floor (``orjson.loads`` of the decompressed text, read untimed) and
+``report``, their median ratio and the report's peak RSS; one ``read`` stage for the event
+count and the documents the piecewise Chrome reader gave up on (``fallbacks``: each decoded a
+second time, whole; any is printed, so that none hides); and, where HolisticTraceAnalysis is
+installed in a venv of its own (``--hta-python``, default ``../htavenv/bin/python``), HTA's
+load of the same file (``hta_load.py``).
 """
 
 from __future__ import annotations
@@ -42,15 +55,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cases import CASES, Case, ensure  # noqa: E402
+from cases import CASES, Case, RealTrace, ensure, real_traces  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
+HTA_PYTHON = REPO.parent / "htavenv" / "bin" / "python"
 STAGES = ("floor", "read", "graph+path", "replay", "diagnose", "report")
-OPTIONAL_STAGES = ("report-cached",)
+OPTIONAL_STAGES = ("report-cached", "decode")
 SUITES = {
     "all": tuple(CASES),
     "chrome": ("chrome-1M",),
     "parquet": ("parquet-4x1M", "parquet-64x100k"),
+    "perfetto": ("perfetto-2x100k",),
+    "real": (),  # the real traces present (see run_real)
 }
 
 
@@ -108,7 +124,9 @@ def _stage_cmd(case: Case, stage: str, out: Path) -> list[str]:
             *cache,
         ]
     if stage == "floor":
-        stage = "floor-orjson" if case.fmt == "chrome" else "floor-parquet"
+        stage = {"chrome": "floor-orjson", "perfetto": "floor-protobuf"}.get(
+            case.fmt, "floor-parquet"
+        )
     spec = {"stage": stage, "inputs": inputs, "files": [str(f) for f in case.files(out)]}
     spec_file = case.root(out) / "stage.json"  # a file: 64 ranks' paths overflow argv
     spec_file.write_text(json.dumps(spec))
@@ -175,6 +193,79 @@ def run_paired(case: Case, out: Path, pairs: int) -> None:
     )
 
 
+def _hta_load(python: Path, trace: RealTrace) -> float | None:
+    """HTA's load time of the trace (wall seconds), None where it failed."""
+    cmd = [str(python), str(Path(__file__).with_name("hta_load.py")), str(trace.path)]
+    try:
+        *_, stdout = _run_child(cmd)
+    except StageFailed as exc:
+        print(f"  {trace.name}: HTA failed: {str(exc).splitlines()[-1]}", file=sys.stderr)
+        return None
+    return json.loads(stdout.strip().splitlines()[-1])["wall"]
+
+
+def run_real(out: Path, pairs: int, hta_python: Path | None) -> list[dict]:
+    """The real traces' table (see the module docstring); returns its rows."""
+    traces = real_traces()
+    if not traces:
+        print("no real traces (../shared/traces absent): nothing to run")
+        return []
+    rows = []
+    for trace in traces:
+        ensure(trace, out, print)
+        print(f"  {trace.name}", file=sys.stderr, flush=True)
+        floors, reports, ratios, peaks = [], [], [], []
+        try:
+            read = _measure(trace, "read", out, 1)
+            for _ in range(pairs):
+                floor = _measure(trace, "floor", out, 1)
+                report = _measure(trace, "report", out, 1)
+                floors.append(floor.wall)
+                reports.append(report.wall)
+                ratios.append(report.wall / floor.wall)
+                peaks.append(report.peak_mib)
+        except StageFailed as exc:  # the other traces are still measured
+            print(f"  {trace.name} failed: {exc}", file=sys.stderr, flush=True)
+            continue
+        rows.append(
+            {
+                "trace": trace.name,
+                "bytes": floor.extra.get("bytes", 0),
+                "events": read.events,
+                "floor_s": statistics.median(floors),
+                "report_s": statistics.median(reports),
+                "ratio": statistics.median(ratios),
+                "ratio_range": [min(ratios), max(ratios)],
+                "report_peak_mib": min(peaks),
+                "hta_load_s": _hta_load(hta_python, trace) if hta_python else None,
+                "fallbacks": sum(read.extra.get("chrome_fallbacks", {}).values()),
+            }
+        )
+    _print_real(rows, pairs)
+    return rows
+
+
+def _print_real(rows: list[dict], pairs: int) -> None:
+    print(
+        f"\nreal traces: medians of {pairs} floor/report pairs (report: the whole command, "
+        "interpreter start and imports included; HTA: TraceAnalysis() in process, import untimed)"
+    )
+    print(
+        f"{'trace':<40}{'MiB':>6}{'events':>9}{'floor s':>8}{'report s':>9}{'ratio':>9}"
+        f"{'peak MiB':>9}{'HTA s':>7}{'fallbacks':>10}"
+    )
+    for r in rows:
+        hta = "-" if r["hta_load_s"] is None else f"{r['hta_load_s']:.2f}"
+        print(
+            f"{r['trace'][:39]:<40}{r['bytes'] / 2**20:>6.1f}{r['events']:>9,}{r['floor_s']:>8.3f}"
+            f"{r['report_s']:>9.2f}{r['ratio']:>9,.1f}{r['report_peak_mib']:>9,.0f}{hta:>7}"
+            f"{r['fallbacks']:>10}"
+        )
+    if any(r["fallbacks"] for r in rows):
+        names = ", ".join(r["trace"] for r in rows if r["fallbacks"])
+        print(f"piecewise Chrome reader fell back to a whole-document decoding on: {names}")
+
+
 def _print_table(case: Case, size: int, results: dict[str, Result]) -> None:
     floor = results.get("floor")
     print(f"\n{case.name}: {case.about}; {size / 2**20:,.0f} MiB of {case.fmt} files")
@@ -191,6 +282,9 @@ def _print_table(case: Case, size: int, results: dict[str, Result]) -> None:
             f"{r.stage:<13}{r.events:>10,}{r.wall:>8.2f}{r.cpu:>8.2f}{rate:>11}"
             f"{r.peak_mib:>10,.0f}{ratio:>8}{cpu_ratio:>7}"
         )
+    fallbacks = results["read"].extra.get("chrome_fallbacks") if "read" in results else None
+    if fallbacks:  # each such document was decoded twice: the figures above include it
+        print(f"piecewise Chrome reader fell back to a whole-document decoding: {fallbacks}")
     report = results.get("report")
     if report and case.fmt == "chrome":
         print(
@@ -256,6 +350,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="JSON",
         help="print the README table of earlier --json files (run nothing)",
     )
+    ap.add_argument(
+        "--hta-python",
+        type=Path,
+        default=HTA_PYTHON if HTA_PYTHON.exists() else None,
+        help="--suite real: the Python of a venv with HolisticTraceAnalysis, for its load "
+        "time (default: ../htavenv/bin/python when present)",
+    )
     custom = ap.add_argument_group("custom case (--case custom)")
     custom.add_argument("--fmt", default="parquet", choices=("parquet", "chrome"))
     custom.add_argument("--ranks", type=int, default=4)
@@ -264,6 +365,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.markdown is not None:
         print(markdown([c for f in args.markdown for c in json.loads(f.read_text())]))
+        return 0
+    if args.suite == "real":
+        rows = run_real(args.out, args.paired or 3, args.hta_python)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=2) + "\n")
         return 0
     names = list(SUITES[args.suite]) if args.suite else []
     names += [n for n in args.case or [] if n not in names]

@@ -18,11 +18,14 @@ from pathlib import Path
 
 #: Bump when the layout of generated files changes, so stale cases are regenerated.
 _LAYOUT = 1
+#: Real public traces (see its README), beside the project's checkout; absent: skipped.
+REAL_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 
 
 @dataclass(frozen=True)
 class Case:
-    """One generated job: ``fmt`` is ``parquet`` or ``chrome`` (one uncompressed file per rank)."""
+    """One generated job: ``fmt`` is ``parquet``, ``chrome`` (one uncompressed file per rank) or
+    ``perfetto`` (Neuron device traces, one ``.pftrace`` per rank, and the system profile's)."""
 
     name: str
     fmt: str
@@ -41,7 +44,7 @@ class Case:
 
     def files(self, out: Path) -> list[Path]:
         """Every data file of the case (the floor reads these)."""
-        pattern = "*.parquet" if self.fmt == "parquet" else "*.json"
+        pattern = {"parquet": "*.parquet", "perfetto": "*.pftrace"}.get(self.fmt, "*.json")
         return sorted(self.root(out).joinpath(self.fmt).rglob(pattern))
 
 
@@ -72,12 +75,55 @@ CASES = {
             "mixed",
             "Neuron Parquet, 64 ranks x ~100k device events (scale 25 = 100 layers)",
         ),
+        Case(
+            "perfetto-2x100k",
+            "perfetto",
+            2,
+            200,
+            "straggler",
+            "Neuron device Perfetto, 2 ranks x ~99k packets (scale 200 = 800 layers)",
+        ),
     )
 }
 
 
-def ensure(case: Case, out: Path, say) -> None:
+@dataclass(frozen=True)
+class RealTrace:
+    """A real Kineto trace (one gzipped file of :data:`REAL_TRACES`), benchmarked as it is."""
+
+    path: Path
+
+    fmt = "chrome"
+
+    @property
+    def name(self) -> str:
+        return self.path.name.removesuffix(".gz").removesuffix(".json")
+
+    @property
+    def about(self) -> str:
+        return f"real trace {self.path.name}"
+
+    def root(self, out: Path) -> Path:
+        """Where the stage files of this trace go."""
+        return out / "real" / self.name
+
+    def inputs(self, out: Path) -> list[Path]:
+        return [self.path]
+
+    def files(self, out: Path) -> list[Path]:
+        return [self.path]
+
+
+def real_traces() -> list[RealTrace]:
+    """The real Kineto traces present (none when the folder is absent)."""
+    return [RealTrace(p) for p in sorted(REAL_TRACES.glob("kineto_*.json.gz"))]
+
+
+def ensure(case: Case | RealTrace, out: Path, say) -> None:
     """Generate ``case`` under ``out`` unless an identical earlier run left it there."""
+    if isinstance(case, RealTrace):
+        case.root(out).mkdir(parents=True, exist_ok=True)
+        return
     from tracediag.generator import generate
 
     root = case.root(out)

@@ -20,8 +20,15 @@ def _rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def _floor_json(files: list[Path]) -> int:
-    """Read and ``orjson.loads`` each file, cyclic GC paused (as the reader decodes): with it
+def _json_bytes(files: list[Path]) -> list[bytes]:
+    """The files' JSON text (gzipped ones decompressed): read before the floor is timed."""
+    import gzip
+
+    return [gzip.decompress(f.read_bytes()) if f.suffix == ".gz" else f.read_bytes() for f in files]
+
+
+def _floor_json(texts: list[bytes]) -> int:
+    """``orjson.loads`` of each file's text, cyclic GC paused (as the reader decodes): with it
     running, the collector's passes over millions of fresh dicts take several times the parse."""
     import gc
 
@@ -29,8 +36,8 @@ def _floor_json(files: list[Path]) -> int:
 
     n = 0
     gc.disable()
-    for f in files:
-        doc = orjson.loads(f.read_bytes())
+    for text in texts:
+        doc = orjson.loads(text)
         n += len(doc["traceEvents"]) if isinstance(doc, dict) else len(doc)
         del doc
     gc.enable()
@@ -42,6 +49,23 @@ def _floor_parquet(files: list[Path]) -> int:
 
     tables = [pq.read_table(f) for f in files]  # held together, as a reader holds them
     return sum(t.num_rows for t in tables)
+
+
+def _floor_protobuf(data: list[bytes]) -> int:
+    """protobuf's (upb) parse of each Perfetto file's bytes as one ``Trace``: the packets."""
+    from tracediag.parsers.protos.perfetto_trace_pb2 import Trace
+
+    return sum(len(Trace.FromString(d).packet) for d in data)
+
+
+def _decode_perfetto(files: list[Path]) -> int:
+    """The Perfetto reader's decoding of every file into columns: the packets."""
+    from tracediag.parsers import perfetto_collectives, perfetto_events
+    from tracediag.parsers.perfetto_decode import decode
+    from tracediag.parsers.perfetto_system import SYSTEM_WANTED
+
+    wanted = perfetto_events.WANTED | perfetto_collectives.WANTED | SYSTEM_WANTED
+    return sum(decode(f, wanted).packets for f in files)
 
 
 def _load(inputs: list[str]):
@@ -85,16 +109,32 @@ def run_stage(stage: str, inputs: list[str], files: list[str]) -> dict:
     from tracediag.analysis.context import analyse
     from tracediag.engine.diagnose import diagnose
     from tracediag.graph.replay import WhatIf, replay
+    from tracediag.parsers import chrome_stream
 
-    floors = {"floor-orjson": _floor_json, "floor-parquet": _floor_parquet}
-    if stage in floors:
+    paths = [Path(f) for f in files]
+    if stage == "floor-orjson":
+        texts = _json_bytes(paths)
         with _Timed() as t:
-            n = floors[stage]([Path(f) for f in files])
+            n = _floor_json(texts)
+        return t.figures(n, bytes=sum(map(len, texts)))
+    if stage == "floor-protobuf":
+        data = [f.read_bytes() for f in paths]
+        with _Timed() as t:
+            n = _floor_protobuf(data)
+        return t.figures(n, bytes=sum(map(len, data)))
+    if stage == "decode":
+        with _Timed() as t:
+            n = _decode_perfetto(paths)
+        return t.figures(n)
+    if stage == "floor-parquet":
+        with _Timed() as t:
+            n = _floor_parquet(paths)
         return t.figures(n)
     if stage == "read":
         with _Timed() as t:
             trace = _load(inputs)
-        return t.figures(len(trace))
+        # Chrome documents the piecewise reader gave up on and decoded a second time, whole.
+        return t.figures(len(trace), chrome_fallbacks=dict(chrome_stream.FALLBACKS))
     trace = _load(inputs)
     _align(trace)
     if stage == "graph+path":

@@ -34,7 +34,14 @@ from tracediag.parsers.neuron_common import rank_from_name
 from tracediag.parsers.neuron_part import Piece, finish_part
 from tracediag.parsers.perfetto_decode import decode
 from tracediag.parsers.perfetto_sniff import looks_like_perfetto
-from tracediag.parsers.perfetto_system import CPU_FIELD, NC_FIELD, hardware_to_host_clock
+from tracediag.parsers.perfetto_system import (
+    CPU_FIELD,
+    NC_FIELD,
+    SYSTEM_WANTED,
+    hardware_to_host_clock,
+    is_system_trace,
+    system_slices,
+)
 from tracediag.parsers.perfetto_tracks import CATEGORY_PREFIXES, classify
 
 FORMAT = "perfetto"
@@ -48,7 +55,7 @@ def sniff(path: Path) -> bool:
 def read(path: Path) -> list[RankPart]:
     """The file's ranks as canonical parts (see the module docstring)."""
     path = Path(path)
-    d = decode(path, E.WANTED | C.WANTED)
+    d = decode(path, E.WANTED | C.WANTED | SYSTEM_WANTED)
     counts = dict(d.counts)
     from_name = rank_from_name(path.name)
     default_rank = from_name if from_name is not None else 0
@@ -72,6 +79,20 @@ def read(path: Path) -> list[RankPart]:
     ann = E.annotation_table(d, owner)
     fields = E.fields(ann, len(sl))
     events = _events(d, sl, fields, table, owner)
+    rank = table["rank"].reindex(sl["track"].to_numpy()).to_numpy(dtype=np.int64)
+    system: dict = {}
+    if tracks.neuron == "system" or (not tracks.ours and is_system_trace(events[S.NAME])):
+        tracks.neuron = "system"  # ranks, hardware slices: perfetto_system
+
+        def values(name: str, n: int) -> np.ndarray:
+            sub = ann[ann["name"] == name].drop_duplicates("slice", keep="last")
+            per = pd.Series(sub["value"].to_numpy(dtype=object), index=sub["slice"].to_numpy())
+            return per.reindex(np.arange(n)).to_numpy(dtype=object)
+
+        rank, how, system = system_slices(
+            events, ann, sl["track"].to_numpy(), d.tracks, table, values
+        )
+        system["rank_source"] = how
     collectives = C.collective_table(ann, events)
     if tracks.ours:
         _from_categories(events, d.events["cat"].to_numpy(dtype=object)[sl["begin"].to_numpy()])
@@ -82,11 +103,11 @@ def read(path: Path) -> list[RankPart]:
         ],
         ignore_index=True,
     )
-    rank = table["rank"].reindex(sl["track"].to_numpy()).to_numpy(dtype=np.int64)
     info: dict = (
         {"rank_source": "rank process", "written_by": "tracediag export"} if tracks.ours else {}
     )
     info.update(noted)
+    info.update(system)
     if tracks.neuron == "system":
         sync = {f: E.exact_ints(ann, f, len(sl)) for f in (CPU_FIELD, NC_FIELD)}
         hardware_to_host_clock(events, rank, sync, info)
@@ -194,7 +215,7 @@ def _parts(
         mine = ~across & (rank[src] == r)
         meta = S.RankMeta(rank=int(r), sources=[str(path)], format=FORMAT)
         meta.info["rank_source"] = (
-            "worker_gid"
+            info.get("rank_source", "worker_gid")
             if neuron == "system"
             else "filename"
             if from_name is not None

@@ -22,7 +22,9 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import infer_dtype
 
-from tracediag.parsers.perfetto_stream import packets
+from tracediag.parsers import perfetto_fast as F
+from tracediag.parsers import perfetto_wire as Wire
+from tracediag.parsers.perfetto_stream import decoded, frames
 
 SEQ_INCREMENTAL_STATE_CLEARED = 1
 SEQ_NEEDS_INCREMENTAL_STATE = 2
@@ -41,14 +43,15 @@ class _Sequence:
     valid: bool = False
     track: int = 0  # TrackEventDefaults.track_uuid
     clock: int = 0  # TracePacketDefaults.timestamp_clock_id (0: the trace's clock)
+    context: int = -1  # this generation of its state, for the fast packets' look-ups
     names: dict = field(default_factory=dict)
     categories: dict = field(default_factory=dict)
     annotation_names: dict = field(default_factory=dict)
     strings: dict = field(default_factory=dict)
 
-    def clear(self) -> None:
+    def clear(self, context: int) -> None:
         """SEQ_INCREMENTAL_STATE_CLEARED: interned data and defaults start afresh."""
-        self.valid, self.track, self.clock = True, 0, 0
+        self.valid, self.track, self.clock, self.context = True, 0, 0, context
         self.names, self.categories, self.annotation_names, self.strings = {}, {}, {}, {}
 
 
@@ -83,136 +86,221 @@ def decode(path: Path, wanted: frozenset[str]) -> Decoded:
     """Read every packet of ``path`` into columns, keeping the annotations named in ``wanted``
     (lower-case names, matched case-insensitively)."""
     counts: dict[str, int] = {}
-    ts, clock, kinds, track, name, cat, dur, corr = [], [], [], [], [], [], [], []
-    ann = {"ev": [], "name": [], "kind": [], "value": []}
-    flow_ev, flow_id, flow_end = [], [], []
-    tracks: dict[int, dict] = {}
-    clocks: list[dict[int, int]] = []
-    primary = 0
-    canonical: dict[str, str] = {}  # annotation name -> its wanted lower-case name, or ""
-    sequences: dict[int, _Sequence] = {}
-    last_id, seq = None, _Sequence()
-    n_packets = skipped_lost = counters = unsupported = untimed = 0
-    for _, packet in packets(path, counts):
-        n_packets += 1
+    loop = _Slow(wanted)
+    fast: list[F.FastEvents] = []
+    first_record = 0
+    for buf, records, base in frames(path, counts):
+        bounds = np.array(records, dtype=np.int64).reshape(-1, 3)
+        wire = Wire.Buffer(buf)
+        shapes = F.shapes(wire, bounds[:, 1], bounds[:, 2])
+        record_pos = (first_record + np.arange(len(records), dtype=np.int64)) << F.SUB_BITS
+        first_record += len(records)
+        slow = np.flatnonzero(shapes.slow)
+        picked = [records[i] for i in slow.tolist()]  # the slow records, in order
+        last, sub = -1, 0
+        for i, _, packet in decoded(path, buf, picked, base, counts):
+            sub = sub + 1 if i == last else 0  # packets of one compressed bundle
+            last = i
+            loop.packet(int(record_pos[slow[i]]) + sub, packet)
+        if len(slow) < len(records):
+            fast.append(F.events(wire, shapes, record_pos, loop.log, loop.canon))
+    return loop.finish(fast, counts)
+
+
+class _Slow:
+    """The protobuf reading of the packets the fast path leaves (see :mod:`perfetto_fast`): the
+    one loop over those packets, with the per-sequence state; it logs that state for the fast
+    packets and keeps its columns in plain lists (its hot path binds nothing per packet)."""
+
+    def __init__(self, wanted: frozenset[str]):
+        self.wanted = wanted
+        self.ev = {k: [] for k in ("pos", "ts", "clock", "type", "track", "name", "cat", "dur")}
+        self.ev["corr"] = []
+        self.ann = {"pos": [], "name": [], "kind": [], "value": []}
+        self.flows = {"pos": [], "id": [], "terminating": []}
+        self.tracks: dict[int, dict] = {}
+        self.clocks: list[dict[int, int]] = []
+        self.primary = 0
+        self.canonical: dict[str, str] = {}  # annotation name -> its wanted name, or ""
+        self.sequences: dict[int, _Sequence] = {}
+        self.contexts = 0
+        self.log = F.SequenceLog()
+        self.n = {"packets": 0, "lost": 0, "counters": 0, "unsupported": 0, "untimed": 0}
+
+    def canon(self, key: str) -> str:
+        """The wanted lower-case name of annotation name ``key``, or ""."""
+        canon = self.canonical.get(key)
+        if canon is None:
+            canon = self.canonical[key] = key.lower() if key.lower() in self.wanted else ""
+        return canon
+
+    def packet(self, pos: int, packet) -> None:
+        """Read one packet (at position ``pos``, see :data:`perfetto_fast.SUB_BITS`)."""
+        self.n["packets"] += 1
         seq_id = packet.trusted_packet_sequence_id
-        if seq_id != last_id:
-            seq = sequences.setdefault(seq_id, _Sequence())
-            last_id = seq_id
+        seq = self.sequences.get(seq_id)
+        if seq is None:
+            seq = self.sequences[seq_id] = _Sequence()
         flags = packet.sequence_flags
         if packet.previous_packet_dropped:
             seq.valid = False
         if flags & SEQ_INCREMENTAL_STATE_CLEARED or packet.incremental_state_cleared:
-            seq.clear()
+            self.contexts += 1
+            seq.clear(self.contexts)
         if packet.HasField("trace_packet_defaults"):
             defaults = packet.trace_packet_defaults
             seq.clock = defaults.timestamp_clock_id
             seq.track = defaults.track_event_defaults.track_uuid
         if packet.HasField("interned_data"):
-            _intern(seq, packet.interned_data)
+            _intern(seq, packet.interned_data, self.log, pos)
+        self.log.state(seq_id, pos, seq.context, seq.valid, seq.track, seq.clock)
         data = packet.WhichOneof("data")
         if data == "track_event":
-            if flags & SEQ_NEEDS_INCREMENTAL_STATE and not seq.valid:
-                skipped_lost += 1
-                continue
-            te = packet.track_event
-            kind = te.type
-            length = -1
-            if kind == TYPE_COUNTER:
-                counters += 1
-                continue
-            if not TYPE_SLICE_BEGIN <= kind <= TYPE_INSTANT:
-                legacy = te.legacy_event
-                if kind or legacy.phase != _PHASE_COMPLETE:
-                    unsupported += 1
-                    continue
-                kind, length = TYPE_COMPLETE, legacy.duration_us * 1000
-            if not packet.HasField("timestamp"):
-                untimed += 1
-                continue
-            index = len(ts)
-            ts.append(packet.timestamp)
-            clock.append(packet.timestamp_clock_id or seq.clock)
-            kinds.append(kind)
-            uuid = te.track_uuid
-            if not uuid and seq.track and not te.HasField("track_uuid"):
-                uuid = seq.track
-            track.append(uuid)
-            name.append(te.name or seq.names.get(te.name_iid))
-            iids, texts = te.category_iids, te.categories
-            if iids or texts:
-                known = seq.categories
-                cat.append(",".join([*texts, *(known.get(i, "") for i in iids)]))
-            else:
-                cat.append(None)
-            dur.append(length)
-            corr.append(te.correlation_id or -1)
-            for a in te.debug_annotations:
-                key = _text(a.name) or seq.annotation_names.get(a.name_iid, "")
-                canon = canonical.get(key)
-                if canon is None:
-                    canon = canonical[key] = key.lower() if key.lower() in wanted else ""
-                if canon:
-                    _annotation(ann, a, index, canon, seq)
-            for ids, ends in (
-                (te.flow_ids, False),
-                (te.terminating_flow_ids, True),
-                (te.flow_ids_old, False),
-                (te.terminating_flow_ids_old, True),
-            ):
-                for flow in ids:
-                    flow_ev.append(index)
-                    flow_id.append(_wrap(flow))
-                    flow_end.append(ends)
+            self._event(pos, packet, seq, flags)
         elif data == "track_descriptor":
-            _track(tracks, packet.track_descriptor)
+            _track(self.tracks, packet.track_descriptor)
         elif data == "clock_snapshot":
             snap = packet.clock_snapshot
-            clocks.append({c.clock_id: c.timestamp for c in snap.clocks})
-            primary = primary or snap.primary_trace_clock
-    for reason, n in (
-        ("track events after lost incremental state: skipped", skipped_lost),
-        # metrics (DMA throughput, utilisation), not work: reported, not a loss (TRC501 info)
-        ("counter values (metrics, not events): not modelled", counters),
-        ("track events of unsupported type: skipped", unsupported),
-        ("track events without a timestamp: skipped", untimed),
-    ):
-        if n:
-            counts[reason] = n
-    events = pd.DataFrame(
-        {
-            "ts": np.array(ts, dtype=np.uint64).astype(np.int64),
-            "clock": np.array(clock, dtype=np.int64),
-            "type": np.array(kinds, dtype=np.int8),
-            "track": np.array(track, dtype=np.uint64),
-            "name": _texts(name, counts, "event names"),
-            "cat": _texts(cat, counts, "event categories"),
-            "dur": np.array(dur, dtype=np.int64),
-            "corr": np.array([_wrap(c) for c in corr], dtype=np.int64),
-        }
-    )
-    values = np.array(ann["value"] + [None], dtype=object)[:-1]  # [None]: never a 2-d array
-    kind = np.array(ann["kind"], dtype=np.int8)
+            self.clocks.append({c.clock_id: c.timestamp for c in snap.clocks})
+            self.primary = self.primary or snap.primary_trace_clock
+
+    def _event(self, pos: int, packet, seq: _Sequence, flags: int) -> None:
+        if flags & SEQ_NEEDS_INCREMENTAL_STATE and not seq.valid:
+            self.n["lost"] += 1
+            return
+        te = packet.track_event
+        kind = te.type
+        length = -1
+        if kind == TYPE_COUNTER:
+            self.n["counters"] += 1
+            return
+        if not TYPE_SLICE_BEGIN <= kind <= TYPE_INSTANT:
+            legacy = te.legacy_event
+            if kind or legacy.phase != _PHASE_COMPLETE:
+                self.n["unsupported"] += 1
+                return
+            kind, length = TYPE_COMPLETE, legacy.duration_us * 1000
+        if not packet.HasField("timestamp"):
+            self.n["untimed"] += 1
+            return
+        ev = self.ev
+        ev["pos"].append(pos)
+        ev["ts"].append(packet.timestamp)
+        ev["clock"].append(packet.timestamp_clock_id or seq.clock)
+        ev["type"].append(kind)
+        uuid = te.track_uuid
+        if not uuid and seq.track and not te.HasField("track_uuid"):
+            uuid = seq.track
+        ev["track"].append(uuid)
+        ev["name"].append(te.name or seq.names.get(te.name_iid))
+        iids, texts = te.category_iids, te.categories
+        if iids or texts:
+            known = seq.categories
+            ev["cat"].append(",".join([*texts, *(known.get(i, "") for i in iids)]))
+        else:
+            ev["cat"].append(None)
+        ev["dur"].append(length)
+        ev["corr"].append(te.correlation_id or -1)
+        for a in te.debug_annotations:
+            canon = self.canon(_text(a.name) or seq.annotation_names.get(a.name_iid, ""))
+            if canon:
+                _annotation(self.ann, a, pos, canon, seq)
+        for ids, ends in (
+            (te.flow_ids, False),
+            (te.terminating_flow_ids, True),
+            (te.flow_ids_old, False),
+            (te.terminating_flow_ids_old, True),
+        ):
+            for flow in ids:
+                self.flows["pos"].append(pos)
+                self.flows["id"].append(_wrap(flow))
+                self.flows["terminating"].append(ends)
+
+    def finish(self, fast: list[F.FastEvents], counts: dict[str, int]) -> Decoded:
+        """The columns of both paths in packet order."""
+        n = self.n
+        for part in fast:
+            n["packets"] += part.packets
+            n["lost"] += part.lost
+            n["counters"] += part.counters
+            n["untimed"] += part.untimed
+        for reason, k in (
+            ("track events after lost incremental state: skipped", n["lost"]),
+            # metrics (DMA throughput, utilisation), not work: reported, not a loss (TRC501 info)
+            ("counter values (metrics, not events): not modelled", n["counters"]),
+            ("track events of unsupported type: skipped", n["unsupported"]),
+            ("track events without a timestamp: skipped", n["untimed"]),
+        ):
+            if k:
+                counts[reason] = k
+        ev = self.ev
+        pos = np.concatenate(
+            [np.array(ev["pos"], dtype=np.int64), *(f.events["pos"] for f in fast)]
+        )
+        order = np.argsort(pos, kind="stable")
+        pos = pos[order]
+
+        def column(key: str, slow: np.ndarray) -> np.ndarray:
+            return np.concatenate([slow, *(f.events[key] for f in fast)])[order]
+
+        def objects(key: str) -> np.ndarray:
+            return column(key, np.array(ev[key] + [None], dtype=object)[:-1])
+
+        events = pd.DataFrame(
+            {
+                "ts": column("ts", np.array(ev["ts"], dtype=np.uint64).view(np.int64)),
+                "clock": column("clock", np.array(ev["clock"], dtype=np.int64)),
+                "type": column("type", np.array(ev["type"], dtype=np.int8)),
+                "track": column("track", np.array(ev["track"], dtype=np.uint64)),
+                "name": _texts(list(objects("name")), counts, "event names"),
+                "cat": _texts(list(objects("cat")), counts, "event categories"),
+                "dur": column("dur", np.array(ev["dur"], dtype=np.int64)),
+                "corr": column("corr", np.array([_wrap(c) for c in ev["corr"]], dtype=np.int64)),
+            }
+        )
+        annotations = _rows(self.ann, [f.annotations for f in fast], pos, counts)
+        flows = self.flows
+        fpos = np.concatenate([np.array(flows["pos"], np.int64), *(f.flows["pos"] for f in fast)])
+        forder = np.argsort(fpos, kind="stable")
+        flows = pd.DataFrame(
+            {
+                "ev": np.searchsorted(pos, fpos[forder]).astype(np.int64),
+                "id": np.concatenate(
+                    [np.array(flows["id"], np.int64), *(f.flows["id"] for f in fast)]
+                )[forder],
+                "terminating": np.concatenate(
+                    [np.array(flows["terminating"], bool), *(f.flows["terminating"] for f in fast)]
+                )[forder],
+            }
+        )
+        return Decoded(
+            events, annotations, flows, _track_table(self.tracks), self.clocks, self.primary,
+            counts, n["packets"],
+        )  # fmt: skip
+
+
+def _rows(slow: dict, fast: list[dict], event_pos: np.ndarray, counts: dict) -> pd.DataFrame:
+    """Annotation rows of both paths, in event order (each event's rows come from one path, in
+    the order that path read them); ``ev`` is the event's row."""
+    pos = np.concatenate([np.array(slow["pos"], np.int64), *(f["pos"] for f in fast)])
+    order = np.argsort(pos, kind="stable")
+    values = np.concatenate(
+        [np.array(slow["value"] + [None], dtype=object)[:-1], *(f["value"] for f in fast)]
+    )[order]
+    kind = np.concatenate([np.array(slow["kind"], np.int8), *(f["kind"] for f in fast)])[order]
+    names = np.concatenate(
+        [np.array(slow["name"] + [None], dtype=object)[:-1], *(f["name"] for f in fast)]
+    )[order]
     values[kind == VALUE_TEXT] = _texts(
         list(values[kind == VALUE_TEXT]), counts, "annotation values"
     )
-    annotations = pd.DataFrame(
+    return pd.DataFrame(
         {
-            "ev": np.array(ann["ev"], dtype=np.int64),
-            "name": np.array(ann["name"], dtype=object),
+            "ev": np.searchsorted(event_pos, pos[order]).astype(np.int64),
+            "name": names.astype(object),
             "kind": kind,
             "value": values,
         }
-    )
-    flows = pd.DataFrame(
-        {
-            "ev": np.array(flow_ev, dtype=np.int64),
-            "id": np.array(flow_id, dtype=np.int64),
-            "terminating": np.array(flow_end, dtype=bool),
-        }
-    )
-    return Decoded(
-        events, annotations, flows, _track_table(tracks), clocks, primary, counts, n_packets
     )
 
 
@@ -232,24 +320,27 @@ def _text(value) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-def _intern(seq: _Sequence, data) -> None:
+def _intern(seq: _Sequence, data, log: F.SequenceLog, pos: int) -> None:
     for entry in data.event_names:
         seq.names[entry.iid] = entry.name
+        log.entry("names", seq.context, entry.iid, entry.name, pos)
     for entry in data.event_categories:
         seq.categories[entry.iid] = _text(entry.name)
     for entry in data.debug_annotation_names:
-        seq.annotation_names[entry.iid] = _text(entry.name)
+        seq.annotation_names[entry.iid] = name = _text(entry.name)
+        log.entry("annotation_names", seq.context, entry.iid, name, pos)
     for entry in data.debug_annotation_string_values:
-        seq.strings[entry.iid] = entry.str.decode("utf-8", "replace")
+        seq.strings[entry.iid] = value = entry.str.decode("utf-8", "replace")
+        log.entry("strings", seq.context, entry.iid, value, pos)
 
 
-def _annotation(ann: dict, a, index: int, name: str, seq: _Sequence) -> None:
+def _annotation(ann: dict, a, pos: int, name: str, seq: _Sequence) -> None:
     """One wanted annotation's value(s); array elements and dictionary entries (nested
     annotations) are kept under the annotation's own name."""
     which = a.WhichOneof("value")
     if which is None:
         for element in (*a.array_values, *a.dictionary_entries):
-            _annotation(ann, element, index, name, seq)
+            _annotation(ann, element, pos, name, seq)
         return
     if which in ("string_value", "legacy_json_value"):
         kind, value = VALUE_TEXT, getattr(a, which)
@@ -259,7 +350,7 @@ def _annotation(ann: dict, a, index: int, name: str, seq: _Sequence) -> None:
         kind, value = VALUE_FLOAT, a.double_value
     else:
         kind, value = VALUE_INT, _wrap(int(getattr(a, which)))
-    ann["ev"].append(index)
+    ann["pos"].append(pos)
     ann["name"].append(name)
     ann["kind"].append(kind)
     ann["value"].append(value)

@@ -140,9 +140,10 @@ def _read(f: BinaryIO, n: int, path: Path, offset: int) -> bytes:
         ) from None
 
 
-def packets(path: Path, counts: dict[str, int]) -> Iterator[tuple[int, TracePacket]]:
-    """Every packet of the file in order, with the byte offset of its record (in the
-    decompressed content; offsets inside a compressed bundle give the bundle's offset)."""
+def frames(path: Path, counts: dict[str, int]) -> Iterator[tuple[bytes, list, int]]:
+    """The file chunk by chunk: ``(buffer, its complete records, the buffer's offset in the
+    decompressed content)``; each record is ``(record offset, payload start, payload end)`` in
+    the buffer. Framing problems raise :class:`TraceInputError` with the byte offset."""
     path = Path(path)
     with _open(path) as f:
         buf, base, eof = b"", 0, False
@@ -156,10 +157,19 @@ def packets(path: Path, counts: dict[str, int]) -> Iterator[tuple[int, TracePack
                 raise TraceInputError(
                     path, f"byte offset {base + exc.offset}: {exc.problem}"
                 ) from None
-            yield from _decoded(path, buf, records, base, counts)
+            if records:
+                yield buf, records, base
             buf, base = buf[used:], base + used
         if buf:
             raise TraceInputError(path, _truncation(buf, base))
+
+
+def packets(path: Path, counts: dict[str, int]) -> Iterator[tuple[int, TracePacket]]:
+    """Every packet of the file in order, with the byte offset of its record (in the
+    decompressed content; offsets inside a compressed bundle give the bundle's offset)."""
+    for buf, records, base in frames(path, counts):
+        for _, offset, packet in decoded(path, buf, records, base, counts):
+            yield offset, packet
 
 
 def _truncation(rest: bytes, base: int) -> str:
@@ -175,25 +185,31 @@ def _truncation(rest: bytes, base: int) -> str:
     )
 
 
-def _decoded(
+def decoded(
     path: Path, buf: bytes, records: list[tuple[int, int, int]], base: int, counts: dict[str, int]
-) -> Iterator[tuple[int, TracePacket]]:
+) -> Iterator[tuple[int, int, TracePacket]]:
+    """The packets of ``records`` (in order; they need not be adjacent) as ``(index in
+    records, byte offset, packet)``; a compressed bundle gives its packets under its index."""
     if not records:
         return
-    chunk = buf[records[0][0] : records[-1][2]]
+    if records[-1][2] - records[0][0] == sum(end - offset for offset, _, end in records):
+        chunk = buf[records[0][0] : records[-1][2]]  # adjacent records: one slice
+    else:
+        chunk = b"".join([buf[offset:end] for offset, _, end in records])
     try:
-        batch = Trace.FromString(chunk).packet  # one C-level parse for the whole chunk
+        batch = Trace.FromString(chunk).packet  # one C-level parse for all of them
     except DecodeError:
         batch = [_one(path, buf, rec, base) for rec in records]  # find the bad record
     if _COMPRESSED_TAG not in chunk:  # then no packet of the chunk is a compressed bundle
-        for (offset, _, _), packet in zip(records, batch, strict=True):
-            yield base + offset, packet
+        for i, ((offset, _, _), packet) in enumerate(zip(records, batch, strict=True)):
+            yield i, base + offset, packet
         return
-    for (offset, _, _), packet in zip(records, batch, strict=True):
+    for i, ((offset, _, _), packet) in enumerate(zip(records, batch, strict=True)):
         if packet.WhichOneof("data") == "compressed_packets":
-            yield from _bundle(path, packet.compressed_packets, base + offset, counts)
+            for at, inner in _bundle(path, packet.compressed_packets, base + offset, counts):
+                yield i, at, inner
         else:
-            yield base + offset, packet
+            yield i, base + offset, packet
 
 
 def _one(path: Path, buf: bytes, record: tuple[int, int, int], base: int) -> TracePacket:
@@ -231,5 +247,5 @@ def _bundle(
             path,
             f"byte offset {offset}: compressed packets end inside a record (inner offset {used})",
         )
-    for _, packet in _decoded(path, inner, records, 0, counts):
+    for _, _, packet in decoded(path, inner, records, 0, counts):
         yield offset, packet

@@ -315,3 +315,103 @@ def test_counters_are_reported_but_not_as_lost_rows(tmp_path):
         f for f in diagnose(load([b.write(tmp_path / "t.pftrace")])).findings if f.code == "TRC501"
     ]
     assert [(f.severity.name, f.evidence["dropped"]) for f in trc] == [("INFO", 0)]
+
+
+def _mixed_state_trace(path):
+    """Interning, resets, drops and defaults on two sequences, between plain track events with
+    every annotation value kind (the fast path's shapes and the protobuf loop's packets)."""
+    b = TraceBuilder()
+    b.track(1, thread=(1, 2, "main"))
+    b.track(2, "lane")
+    for seq in (1, 2):
+        p = b.packet(seq, sequence_flags=1)
+        p.interned_data.event_names.add(iid=1, name=f"op{seq}")
+        p.interned_data.debug_annotation_names.add(iid=4, name="HLO_Name")  # matched lower-case
+        p.interned_data.debug_annotation_string_values.add(iid=6, str=b"%fusion.\xff")
+    for i in range(40):
+        seq = 1 + i % 2
+        if i == 17:
+            b.packet(1, previous_packet_dropped=True)
+        if i == 23:
+            p = b.packet(1, sequence_flags=1)  # reset: iid 1 is now "after reset"
+            p.interned_data.event_names.add(iid=1, name="after reset")
+            p.trace_packet_defaults.track_event_defaults.track_uuid = 2
+        annotations = [("layer", f"L{i % 3}"), (4, "ignored"), ("id", -(2**40) - i)]
+        annotations += [("raw_flops", 1.5 * i), ("inst_dep_ids", [i, 2**62])]
+        begin = b.event(BEGIN, 100 * i, 1 if i < 23 else None, 1, seq, annotations)
+        begin.sequence_flags = 2
+        begin.track_event.debug_annotations[1].string_value_iid = 6
+        flag = begin.track_event.debug_annotations.add(name="opcode")
+        flag.dictionary_entries.add(name="x", bool_value=True)
+        begin.track_event.flow_ids.append(2**64 - 1 - i % 4)
+        begin.track_event.terminating_flow_ids_old.append(7)
+        end = b.event(END, 100 * i + 50, 1 if i < 23 else None, seq=seq)
+        end.sequence_flags = 2
+        end.track_event.debug_annotations.add(name="hbm_read_bytes", uint_value=2**63 + i)
+    b.event(INSTANT, 5000, 1, "\xe9v\xe9nement", categories=["cat"])
+    return b.write(path)
+
+
+def test_fast_columns_equal_the_protobuf_reading(tmp_path, monkeypatch):
+    """The columnar decoding of the common packets gives exactly the protobuf loop's columns
+    (the reading of every packet by protobuf, forced here, is the reference)."""
+    import pandas as pd
+
+    from tracediag.parsers import perfetto_decode, perfetto_fast
+
+    path = _mixed_state_trace(tmp_path / "t.pftrace")
+    wanted = frozenset({"hlo_name", "layer", "id", "raw_flops", "inst_dep_ids", "opcode"})
+    wanted |= {"hbm_read_bytes"}
+    seen = []
+    shapes = perfetto_fast.shapes
+
+    def spy(*args):
+        got = shapes(*args)
+        seen.append((len(got.slow), int(got.slow.sum())))
+        return got
+
+    monkeypatch.setattr(perfetto_fast, "shapes", spy)
+    fast = perfetto_decode.decode(path, wanted)
+    total, slow = seen[0]
+    assert slow < total / 4  # most packets took the fast path
+
+    def all_slow(*args):
+        got = shapes(*args)
+        got.slow[:] = True
+        return got
+
+    monkeypatch.setattr(perfetto_fast, "shapes", all_slow)
+    reference = perfetto_decode.decode(path, wanted)
+    for table in ("events", "annotations", "flows", "tracks"):
+        pd.testing.assert_frame_equal(getattr(fast, table), getattr(reference, table))
+    assert fast.counts == reference.counts and fast.packets == reference.packets
+    # What the trace says, read off the columns: the reset renames iid 1 and the drop loses
+    # the sequence-1 events until it; the interned value is invalid UTF-8 (replaced, counted).
+    names = fast.events["name"].tolist()
+    assert names.count("after reset") == 8 and "op1" in names and "op2" in names  # i = 24..38
+    assert fast.counts["track events after lost incremental state: skipped"] == 2 * 3
+    hlo = fast.annotations[fast.annotations["name"] == "hlo_name"]["value"]
+    assert set(hlo) == {"%fusion.\ufffd"}
+    ids = fast.annotations[fast.annotations["name"] == "id"]["value"]
+    assert min(ids) == -(2**40) - 39
+    assert set(fast.flows["id"]) >= {-1, -4, 7}
+
+
+def test_wire_walk_reads_the_values_written():
+    """Varints of one to ten bytes, fixed64 and lengths, read back by the numpy walk."""
+    from tracediag.parsers import perfetto_wire as W
+
+    te = TrackEvent(type=BEGIN, track_uuid=2**64 - 1, name="n" * 300)
+    te.flow_ids.append(2**63 + 5)
+    te.debug_annotations.add(name="v", int_value=-3)
+    data = te.SerializeToString()
+    buf = W.Buffer(data)
+    f = W.walk(buf, np.array([0]), np.array([len(data)]))
+    got = {int(k): int(v) for k, v in zip(f.field, f.value, strict=True)}
+    assert not f.bad.any()
+    assert got[9] == BEGIN and got[11] == 2**64 - 1 and got[47] == 2**63 + 5 and got[23] == 300
+    a = f.of(4, W.WIRE_LEN)[0]
+    inner = W.walk(buf, f.data[[a]], f.data[[a]] + f.value[[a]].astype(np.int64))
+    assert int(inner.value[inner.field == 4][0]) == 2**64 - 3  # -3 as the uint64 varint
+    cut = W.walk(buf, np.array([0]), np.array([len(data) - 1]))
+    assert cut.bad.all()  # a message cut short is left to protobuf

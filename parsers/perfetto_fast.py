@@ -1,0 +1,433 @@
+"""The common Perfetto packet shapes, decoded columnar from the wire (no protobuf object per
+packet): track events with their debug annotations and flow ids, on a sequence whose state they
+read but do not change.
+
+A packet is read here when every field of it, of its ``TrackEvent``, of its debug annotations and
+of their array or dictionary elements is one this module knows, with the wire type the schema
+gives it, at most once where the schema says optional, and parses (:func:`shapes`). Every other
+packet (interned data, defaults, descriptors, clock snapshots, incremental-state resets or drops,
+compressed bundles, categories, legacy events, anything damaged or unusual) is *slow*: the
+protobuf loop of :mod:`perfetto_decode` reads it, in file order, and records the sequence state
+it leaves (:class:`SequenceLog`). A fast packet then takes the state of the last slow packet of
+its sequence before it, and its interned ids resolve to the latest entry of the same sequence
+generation written before it (:func:`asof`): the values the protobuf loop would have used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from tracediag.parsers import perfetto_wire as W
+
+SUB_BITS = 24  # a packet's position: record index << SUB_BITS | index inside a bundle
+_W0, _W1, _W2 = W.WIRE_VARINT, W.WIRE_FIXED64, W.WIRE_LEN
+_U32 = 1 << 32
+#: TracePacket fields of a fast packet: timestamp, sequence id, track_event, sequence_flags,
+#: timestamp_clock_id, first_packet_on_sequence (read by nobody).
+_PACKET = {8: _W0, 10: _W0, 11: _W2, 13: _W0, 58: _W0, 87: _W0}
+#: TrackEvent: type, track_uuid, name_iid, name, debug_annotations, flow_ids,
+#: terminating_flow_ids, flow_ids_old, terminating_flow_ids_old, correlation_id, counter values.
+_EVENT = {9: _W0, 11: _W0, 10: _W0, 23: _W2, 4: _W2, 47: _W1, 48: _W1, 36: _W0, 42: _W0}
+_EVENT |= {52: _W0, 30: _W0, 44: _W1, 22: _W2}  # and categories: one, inline
+_EVENT_REPEATED = (4, 47, 48, 36, 42)
+#: DebugAnnotation: name_iid, name, the values, dictionary_entries, array_values.
+_VALUES = {2: _W0, 3: _W0, 4: _W0, 5: _W1, 6: _W2, 17: _W0, 7: _W0, 9: _W2}
+_ANNOTATION = {1: _W0, 10: _W2, **_VALUES, 11: _W2, 12: _W2}
+_TEXT_VALUES, _FLOAT_VALUE, _IID_VALUE, _BOOL_VALUE = (6, 9), 5, 17, 2
+
+
+def _in(values: np.ndarray, group) -> np.ndarray:
+    """``np.isin`` for small non-negative integer sets, by table look-up."""
+    table = np.zeros(max(group) + 2, dtype=bool)
+    table[list(group)] = True
+    return table[np.minimum(values, len(table) - 1)]
+
+
+def _unexpected(f: W.Fields, allowed: dict[int, int], n: int) -> np.ndarray:
+    """Per message: a field outside ``allowed`` or with another wire type."""
+    expected = np.array([allowed.get(int(k), -1) for k in range(max(allowed) + 1)])
+    known = f.field < len(expected)
+    ok = known & (expected[np.where(known, f.field, 0)] == f.wire)
+    return W.count_per(f.msg, np.flatnonzero(~ok), n) > 0
+
+
+def _repeated_singular(f: W.Fields, groups: list[tuple[int, ...]], n: int) -> np.ndarray:
+    """Per message: more than one field of a group (disjoint groups: a singular field, or the
+    members of a oneof), counted in one pass."""
+    table = np.full(max(max(g) for g in groups) + 2, -1, dtype=np.int64)
+    for i, group in enumerate(groups):  # a loop over the schema's fields
+        table[list(group)] = i
+    which = table[np.minimum(f.field, len(table) - 1)]
+    rows = which >= 0
+    counts = np.bincount(f.msg[rows] * len(groups) + which[rows], minlength=n * len(groups))
+    return (counts.reshape(n, len(groups)) > 1).any(axis=1)
+
+
+@dataclass
+class Shapes:
+    """The wire fields of one chunk's packets and which of them are slow."""
+
+    packet: W.Fields
+    event: W.Fields
+    annotation: W.Fields
+    element: W.Fields
+    slow: np.ndarray  # per record
+    event_of_packet: np.ndarray  # per packet: its track event's row in ``event`` spans, or -1
+    event_packet: np.ndarray  # per track event: its packet
+    annotation_event: np.ndarray  # per annotation: its track event
+    element_annotation: np.ndarray  # per element: its annotation
+    element_order: np.ndarray  # per element: arrays first, then dictionary entries
+
+
+def shapes(buf: W.Buffer, starts: np.ndarray, ends: np.ndarray) -> Shapes:
+    """Walk the packets ``buf[starts:ends]`` down to annotation elements; mark the slow ones."""
+    n = len(starts)
+    p = W.walk(buf, starts, ends)
+    slow = p.bad | _unexpected(p, _PACKET, n)
+    slow |= _repeated_singular(p, [(k,) for k in _PACKET], n)
+    big = _in(p.field, (10, 13, 58)) & (p.value >= _U32)  # uint32 fields
+    slow |= W.count_per(p.msg, np.flatnonzero(big), n) > 0
+    flags = p.of(13, _W0)
+    slow[p.msg[flags[(p.value[flags] & 1) != 0]]] = True  # incremental state cleared
+    te = p.in_order(p.of(11, _W2))
+    event_packet = p.msg[te]
+    e = W.walk(buf, p.data[te], p.data[te] + p.value[te].astype(np.int64))
+    ne = len(te)
+    bad_e = e.bad | _unexpected(e, _EVENT, ne)
+    oneofs = [(10, 23), (30, 44)]  # name_iid or name; the counter values
+    singular = [(k,) for k in _EVENT if k not in (*_EVENT_REPEATED, 22, *sum(oneofs, ()))]
+    singular += oneofs
+    bad_e |= _repeated_singular(e, singular, ne)
+    typ = e.of(9, _W0)
+    kind = W.last_per(e.msg, typ, e.value, ne, np.uint64(0))
+    bad_e |= (kind < 1) | (kind > 4)
+    bad_e |= W.count_per(e.msg, e.of(22, _W2), ne) > 1  # joined by protobuf's reader: slow
+    names = e.of(23, _W2)
+    bad_e[e.msg[names[e.value[names] == 0]]] = True  # "": protobuf's reading differs
+    da = e.in_order(e.of(4, _W2))
+    annotation_event = e.msg[da]
+    a = W.walk(buf, e.data[da], e.data[da] + e.value[da].astype(np.int64))
+    na = len(da)
+    bad_a = a.bad | _unexpected(a, _ANNOTATION, na)
+    bad_a |= _repeated_singular(a, [(1, 10), tuple(_VALUES)], na)
+    has_value = W.count_per(a.msg, np.flatnonzero(_in(a.field, tuple(_VALUES))), na) > 0
+    el = a.in_order(np.flatnonzero(_in(a.field, (11, 12))))
+    bad_a |= has_value & (W.count_per(a.msg, el, na) > 0)
+    element_annotation = a.msg[el]
+    x = W.walk(buf, a.data[el], a.data[el] + a.value[el].astype(np.int64))
+    nx = len(el)
+    bad_x = x.bad | _unexpected(x, {1: _W0, 10: _W2, **_VALUES}, nx)
+    bad_x |= _repeated_singular(x, [(1, 10), tuple(_VALUES)], nx)
+    # Arrays before dictionary entries (the reader's order), each in wire order.
+    element_order = np.lexsort((np.arange(nx), a.field[el] == 11, element_annotation))
+    rank = np.empty(nx, dtype=np.int64)
+    rank[element_order] = np.arange(nx)
+    bad_a[element_annotation[bad_x]] = True
+    bad_e[annotation_event[bad_a]] = True
+    slow[event_packet[bad_e]] = True
+    event_of_packet = np.full(n, -1, dtype=np.int64)
+    event_of_packet[event_packet] = np.arange(ne)
+    return Shapes(p, e, a, x, slow, event_of_packet, event_packet, annotation_event,
+                  element_annotation, rank)  # fmt: skip
+
+
+@dataclass
+class SequenceLog:
+    """What the slow loop leaves for fast packets: the sequence state after each slow packet
+    and every interned entry, with the packet positions where they were written."""
+
+    seq: list[int] = field(default_factory=list)
+    pos: list[int] = field(default_factory=list)
+    context: list[int] = field(default_factory=list)  # a sequence generation (reset to reset)
+    valid: list[bool] = field(default_factory=list)
+    track: list[int] = field(default_factory=list)
+    clock: list[int] = field(default_factory=list)
+    #: kind ("names", "annotation_names", "strings") -> (context, iid, value, pos) lists
+    entries: dict = field(default_factory=dict)
+
+    def state(self, seq: int, pos: int, context: int, valid: bool, track: int, clock: int):
+        """Record a sequence's state after the slow packet at ``pos``."""
+        self.seq.append(seq)
+        self.pos.append(pos)
+        self.context.append(context)
+        self.valid.append(valid)
+        self.track.append(track)
+        self.clock.append(clock)
+
+    def entry(self, kind: str, context: int, iid: int, value, pos: int) -> None:
+        """Record an interned entry."""
+        lists = self.entries.setdefault(kind, ([], [], [], []))
+        for column, item in zip(lists, (context, iid, value, pos), strict=True):
+            column.append(item)
+
+    def lookup(self, kind: str, context: np.ndarray, iid: np.ndarray, pos: np.ndarray, missing):
+        """The values of ``kind`` entries at the queries (``missing`` where none precedes)."""
+        lists = self.entries.get(kind)
+        out = np.full(len(iid), missing, dtype=object)
+        if not lists or not len(iid):
+            return out
+        ctx = np.array(lists[0], dtype=np.int64)
+        ids = np.array(lists[1], dtype=np.uint64).view(np.int64)
+        at = asof(ctx, ids, np.array(lists[3], dtype=np.int64), context, iid.view(np.int64), pos)
+        values = np.array(lists[2] + [None], dtype=object)[:-1]
+        found = at >= 0
+        out[found] = values[at[found]]
+        return out
+
+
+def asof(ek1, ek2, epos, qk1, qk2, qpos) -> np.ndarray:
+    """For each query, the latest entry with the same two keys at a smaller position (-1: none)."""
+    ne = len(ek1)
+    k1, k2 = np.concatenate([ek1, qk1]), np.concatenate([ek2, qk2])
+    pos = np.concatenate([epos, qpos])
+    is_query = np.arange(len(k1)) >= ne
+    order = np.lexsort((is_query, pos, k2, k1))
+    sorted_entry = np.where(is_query[order], -1, np.arange(len(order)))
+    last = np.maximum.accumulate(sorted_entry) if len(order) else sorted_entry
+    q_at = np.flatnonzero(is_query[order])
+    query = order[q_at] - ne
+    prev = last[q_at]
+    entry = np.where(prev >= 0, order[np.maximum(prev, 0)], 0)
+    same = (prev >= 0) & (k1[entry] == k1[query + ne]) & (k2[entry] == k2[query + ne])
+    out = np.full(len(qk1), -1, dtype=np.int64)
+    out[query] = np.where(same, entry, -1)
+    return out
+
+
+def texts(buf: W.Buffer, start: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """The strings at the spans, as protobuf gives proto2 strings (str; bytes if not UTF-8):
+    one decode and one split for all of them, by a separator none of them holds."""
+    n = len(start)
+    out = np.empty(n, dtype=object)
+    if not n:
+        return out
+    offset = np.cumsum(length) - length  # where each string starts, packed
+    total = int(length.sum())
+    within = np.arange(total) - np.repeat(offset, length)
+    chars = buf.bytes[np.repeat(start, length) + within]
+    joined = np.zeros(total + n, dtype=np.uint8)  # a NUL after each string
+    joined[np.repeat(offset + np.arange(n), length) + within] = chars
+    if not np.any(chars == 0):
+        try:
+            out[:] = np.array(joined.tobytes().decode("utf-8").split("\x00")[:n], dtype=object)
+            return out
+        except UnicodeDecodeError:
+            pass
+    for i, (at, size) in enumerate(zip(start.tolist(), length.tolist(), strict=True)):
+        value = buf.bytes[at : at + size].tobytes()  # a loop over strings, only on odd data
+        try:
+            out[i] = value.decode("utf-8")
+        except UnicodeDecodeError:
+            out[i] = value
+    return out
+
+
+def distinct_names(buf: W.Buffer, start: np.ndarray, length: np.ndarray):
+    """Codes of equal byte strings and one decoded name per code (invalid UTF-8 replaced):
+    strings are keyed by a hash of their 8-byte words, and every member is then compared with
+    its code's first member, word by word, so the codes are exact (None on a hash collision)."""
+    n = len(start)
+    words = [_word(buf, start, length), _word(buf, start + 8, length - 8)]
+    h = (words[0] * np.uint64(0x9E3779B97F4A7C15)) ^ (words[1] * np.uint64(0xC2B2AE3D27D4EB4F))
+    h ^= length.astype(np.uint64) * np.uint64(0x165667B19E3779F9)
+    longer = np.flatnonzero(length > 16)  # names past two words (rare): their further words
+    extra = int((length[longer].max() + 7) // 8) if len(longer) else 0
+    for k in range(2, extra):  # a loop over word positions
+        rows = longer[length[longer] > 8 * k]
+        w = _word(buf, start[rows] + 8 * k, length[rows] - 8 * k)
+        h[rows] = (h[rows] ^ w) * np.uint64(0x100000001B3) + np.uint64(k)
+    codes, uniq = pd.factorize(h.view(np.int64))
+    first = np.full(len(uniq), n, dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(n))
+    rep = first[codes]
+    same = (length == length[rep]) & (words[0] == words[0][rep]) & (words[1] == words[1][rep])
+    for k in range(2, extra):
+        rows = longer[length[longer] > 8 * k]
+        left = length[rows] - 8 * k
+        same[rows] &= _word(buf, start[rows] + 8 * k, left) == _word(
+            buf, start[rep[rows]] + 8 * k, left
+        )
+    if not same.all():
+        return None
+    names = [
+        buf.bytes[s : s + m].tobytes().decode("utf-8", "replace")
+        for s, m in zip(start[first].tolist(), length[first].tolist(), strict=True)
+    ]  # a loop over distinct names
+    return codes, names
+
+
+def _word(buf: W.Buffer, at: np.ndarray, left: np.ndarray) -> np.ndarray:
+    """The word at ``at`` with the bytes beyond ``left`` zeroed."""
+    w = buf.words[at]
+    keep = np.clip(left, 0, 8).astype(np.uint64)
+    mask = np.where(keep >= 8, ~np.uint64(0), (np.uint64(1) << (keep * np.uint64(8))) - 1)
+    return w & mask
+
+
+@dataclass
+class FastEvents:
+    """The columns of one chunk's fast packets (``pos``: packet positions; annotations and flows
+    name their event by its packet's position)."""
+
+    packets: int
+    lost: int
+    counters: int
+    untimed: int
+    events: dict
+    annotations: dict
+    flows: dict
+
+
+def _state(log: SequenceLog, seq: np.ndarray, pos: np.ndarray):
+    """Per query the state the last slow packet of the sequence left: context (-1: none yet),
+    valid, default track, default clock (a fresh sequence: invalid, no defaults)."""
+    if not log.seq:
+        zero = np.zeros(len(seq), dtype=np.int64)
+        return zero - 1, np.zeros(len(seq), dtype=bool), zero.astype(np.uint64), zero
+    at = asof(
+        np.array(log.seq, dtype=np.int64), np.zeros(len(log.seq), dtype=np.int64),
+        np.array(log.pos, dtype=np.int64), seq.astype(np.int64),
+        np.zeros(len(seq), dtype=np.int64), pos,
+    )  # fmt: skip
+    some = at >= 0
+    i = np.maximum(at, 0)
+    context = np.where(some, np.array(log.context, dtype=np.int64)[i], -1)
+    valid = some & np.array(log.valid, dtype=bool)[i]
+    track = np.where(some, np.array(log.track, dtype=np.uint64)[i], np.uint64(0))
+    clock = np.where(some, np.array(log.clock, dtype=np.int64)[i], 0)
+    return context, valid, track, clock
+
+
+def events(
+    buf: W.Buffer, sh: Shapes, record_pos: np.ndarray, log: SequenceLog, canon
+) -> FastEvents:
+    """Decode the fast packets of a chunk (:func:`shapes`) against the slow loop's ``log``;
+    ``canon(names)`` gives each annotation name's wanted lower-case name or ""."""
+    p, e = sh.packet, sh.event
+    n, ne = len(sh.slow), len(sh.event_packet)
+    u0 = np.uint64(0)
+    seq = W.last_per(p.msg, p.of(10, _W0), p.value, n, u0)
+    flags = W.last_per(p.msg, p.of(13, _W0), p.value, n, u0)
+    ts = W.last_per(p.msg, p.of(8, _W0), p.value, n, u0)
+    has_ts = W.count_per(p.msg, p.of(8, _W0), n) > 0
+    clock_id = W.last_per(p.msg, p.of(58, _W0), p.value, n, u0).astype(np.int64)
+    fast = np.flatnonzero(~sh.slow)
+    row = sh.event_of_packet[fast]
+    pk, er = fast[row >= 0], row[row >= 0]  # fast packets with a track event, and the event
+    context, valid, track_default, clock_default = _state(log, seq[pk], record_pos[pk])
+    kind = W.last_per(e.msg, e.of(9, _W0), e.value, ne, u0)[er]
+    lost = ((flags[pk] & np.uint64(2)) != 0) & ~valid
+    counter = ~lost & (kind == 4)
+    untimed = ~lost & ~counter & ~has_ts[pk]
+    keep = ~lost & ~counter & ~untimed
+    pk, er, context = pk[keep], er[keep], context[keep]
+    pos = record_pos[pk]
+    uuid = W.last_per(e.msg, e.of(11, _W0), e.value, ne, u0)[er]
+    has_uuid = (W.count_per(e.msg, e.of(11, _W0), ne) > 0)[er]
+    use_default = (uuid == 0) & (track_default[keep] != 0) & ~has_uuid
+    inline = e.of(23, _W2)
+    name_at = np.full(ne, -1, dtype=np.int64)
+    name_at[e.msg[inline]] = inline
+    name_iid = W.last_per(e.msg, e.of(10, _W0), e.value, ne, u0)[er]
+    name = log.lookup("names", context, name_iid, pos, None)
+    own = name_at[er] >= 0
+    rows = name_at[er][own]
+    name[own] = texts(buf, e.data[rows], e.value[rows].astype(np.int64))
+    cat = np.full(len(er), None, dtype=object)
+    rows = e.of(22, _W2)
+    cat_at = np.full(ne, -1, dtype=np.int64)
+    cat_at[e.msg[rows]] = rows
+    rows = cat_at[er][cat_at[er] >= 0]
+    cat[cat_at[er] >= 0] = texts(buf, e.data[rows], e.value[rows].astype(np.int64))
+    corr = W.last_per(e.msg, e.of(52, _W0), e.value, ne, u0)[er].view(np.int64)
+    clock = clock_id[pk]
+    out_events = {
+        "pos": pos,
+        "ts": ts[pk].view(np.int64),
+        "clock": np.where(clock != 0, clock, clock_default[keep]),
+        "type": kind[keep].astype(np.int8),
+        "track": np.where(use_default, track_default[keep], uuid),
+        "name": name,
+        "cat": cat,
+        "dur": np.full(len(er), -1, dtype=np.int64),
+        "corr": np.where(corr != 0, corr, -1),
+    }
+    kept_event = np.full(ne, -1, dtype=np.int64)
+    kept_event[er] = np.arange(len(er))
+    return FastEvents(
+        len(fast), int(lost.sum()), int(counter.sum()), int(untimed.sum()), out_events,
+        _annotations(buf, sh, kept_event, pos, context, log, canon),
+        _flows(e, kept_event, pos),
+    )  # fmt: skip
+
+
+def _annotations(buf, sh: Shapes, kept_event, pos, context, log: SequenceLog, canon) -> dict:
+    """The wanted annotations of the kept events (values, and elements of valueless ones)."""
+    a, x = sh.annotation, sh.element
+    na = len(sh.annotation_event)
+    ev = kept_event[sh.annotation_event]  # per annotation: its kept event, or -1
+    mine = np.flatnonzero(ev >= 0)
+    u0 = np.uint64(0)
+    # Names: inline text, else the interned name of the sequence generation ("" if missing).
+    inline = a.of(10, _W2)
+    inline = inline[(ev[a.msg[inline]] >= 0) & (a.value[inline] > 0)]  # "": the interned name
+    key = np.full(na, "", dtype=object)
+    iid = W.last_per(a.msg, a.of(1, _W0), a.value, na, u0)
+    key[mine] = log.lookup("annotation_names", context[ev[mine]], iid[mine], pos[ev[mine]], "")
+    if len(inline):
+        distinct = distinct_names(buf, a.data[inline], a.value[inline].astype(np.int64))
+        if distinct is None:  # a hash collision: decode each name
+            key[a.msg[inline]] = [
+                buf.bytes[s : s + m].tobytes().decode("utf-8", "replace")
+                for s, m in zip(a.data[inline].tolist(), a.value[inline].tolist(), strict=True)
+            ]
+        else:
+            codes, names = distinct
+            key[a.msg[inline]] = np.array(names + [None], dtype=object)[:-1][codes]
+    codes, uniq = pd.factorize(key[mine])
+    wanted = np.array([canon(k) for k in uniq] + [""], dtype=object)[:-1]  # per distinct name
+    name = np.full(na, "", dtype=object)
+    name[mine] = wanted[codes] if len(uniq) else ""
+    # Value rows: annotations with a value, and elements (of valueless annotations) with one.
+    a_val = np.flatnonzero(_in(a.field, tuple(_VALUES)))
+    a_val = a_val[name[a.msg[a_val]] != ""]
+    x_val = np.flatnonzero(_in(x.field, tuple(_VALUES)))
+    owner_x = sh.element_annotation[x.msg[x_val]]
+    x_val, owner_x = x_val[name[owner_x] != ""], owner_x[name[owner_x] != ""]
+    owner = np.concatenate([a.msg[a_val], owner_x])
+    sub = np.concatenate([np.zeros(len(a_val), np.int64), 1 + sh.element_order[x.msg[x_val]]])
+    fnum = np.concatenate([a.field[a_val], x.field[x_val]])
+    value = np.concatenate([a.value[a_val], x.value[x_val]])
+    data = np.concatenate([a.data[a_val], x.data[x_val]])
+    order = np.lexsort((sub, owner))
+    owner, fnum, value, data = owner[order], fnum[order], value[order], data[order]
+    event = ev[owner]
+    kind = np.where(_in(fnum, (*_TEXT_VALUES, _IID_VALUE)), 0, np.where(fnum == 5, 2, 1))
+    out = value.view(np.int64).astype(object)
+    boolean = fnum == _BOOL_VALUE
+    out[boolean] = (value[boolean] != 0).astype(np.int64).astype(object)
+    double = fnum == _FLOAT_VALUE
+    out[double] = value[double].view(np.float64).astype(object)
+    text = _in(fnum, _TEXT_VALUES)
+    out[text] = texts(buf, data[text], value[text].astype(np.int64))
+    interned = fnum == _IID_VALUE
+    out[interned] = log.lookup(
+        "strings", context[event[interned]], value[interned], pos[event[interned]], None
+    )
+    return {"pos": pos[event], "name": name[owner], "kind": kind.astype(np.int8), "value": out}
+
+
+def _flows(e: W.Fields, kept_event: np.ndarray, pos: np.ndarray) -> dict:
+    """Flow points of the kept events: flow_ids, terminating_flow_ids, then the old fields."""
+    groups = {47: (0, False), 48: (1, True), 36: (2, False), 42: (3, True)}
+    rows = np.flatnonzero(_in(e.field, tuple(groups)) & (kept_event[e.msg] >= 0))
+    group = np.select([e.field[rows] == k for k in groups], [g for g, _ in groups.values()])
+    rows = rows[np.lexsort((rows, group, e.msg[rows]))]
+    return {
+        "pos": pos[kept_event[e.msg[rows]]],
+        "id": e.value[rows].view(np.int64),
+        "terminating": _in(e.field[rows], (48, 42)),
+    }
