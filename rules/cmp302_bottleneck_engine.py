@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracediag.analysis.peers import busy_ns_by_group
+from tracediag.analysis.intervals import busy_ns_by_group
 from tracediag.engine.rule import Rule, severity_by_saving
 from tracediag.graph.replay import WhatIf
 from tracediag.model import schema as S
@@ -102,6 +102,7 @@ class BottleneckEngine(Rule):
                 end_ns=int((ev[S.TS].to_numpy()[ids] + ev[S.DUR].to_numpy()[ids]).max()),
                 impact_ns=impact,
                 saving_ns=int(saving),
+                change=change,
                 suggestion=f"Move or fuse work off the {engine} engine so the tensor engine sets the pace.",
                 evidence={
                     "busy_ns_by_engine": {str(r): by_rank[r] for r in ranks},

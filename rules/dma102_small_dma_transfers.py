@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tracediag.analysis.peers import typical_bandwidth
+from tracediag.analysis.dma import typical_bandwidth
 from tracediag.engine.rule import Rule, severity_by_saving
 from tracediag.model import schema as S
 from tracediag.model.findings import Severity
@@ -60,7 +60,8 @@ class SmallDmaTransfers(Rule):
             if len(grp) < opts["min_count"] * n_ranks:
                 continue
             impact = int(path_ns.reindex(grp["event"]).fillna(0).sum())
-            saving = ctx.what_if(dma_whatif.restore(ctx, grp, typical, merge_packets=True))
+            change = dma_whatif.restore(ctx, grp, typical, merge_packets=True)
+            saving = ctx.what_if(change)
             if impact == 0 and saving == 0:
                 sev = Severity.INFO
             else:
@@ -88,6 +89,7 @@ class SmallDmaTransfers(Rule):
                 end_ns=int((grp["ts"] + grp["dur"]).max()),
                 impact_ns=impact,
                 saving_ns=int(saving),
+                change=change,
                 suggestion="Coalesce these transfers: contiguous layouts and tiles of at least 32 KiB per DMA.",
                 evidence={
                     "transfers": len(grp),

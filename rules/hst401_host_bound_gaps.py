@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracediag.analysis.peers import device_ranks, interval_overlap
+from tracediag.analysis.intervals import interval_overlap
+from tracediag.analysis.peers import device_ranks
 from tracediag.engine.rule import Rule, severity_by_saving
 from tracediag.graph import dependencies as G
 from tracediag.graph.replay import WhatIf
@@ -25,11 +26,17 @@ class HostBoundGaps(Rule):
         "warn_saving_pct": 2.0,
         "error_saving_pct": 20.0,
         "max_findings": 10,
+        # A rank is named in a pause only when its stalls there add up to this share of the
+        # rank that stalls most: one rank's pause overlaps the others' ordinary launch gaps.
+        "min_rank_share": 0.25,
     }
     doc = {
         "what it finds": "Critical-path time spent on the host side: CPU time between kernel "
         "launches, launch latency, synchronisation calls. The what-if cuts host stalls (delays "
-        "longer than `outlier_factor` times the job's typical one) back to the typical delay.",
+        "longer than `outlier_factor` times the job's typical one) back to the typical delay. Stalls "
+        "that overlap in time form one pause, named on the ranks that carry it (their stalls add "
+        "up to at least `min_rank_share` of the most stalled rank's): one rank's sleep overlaps "
+        "the others' ordinary launch gaps, which hold nothing up.",
         "why it matters": "When the device waits for the CPU to issue work, faster kernels do not "
         "help: the step is host-bound. HTA counts this as idle time of the GPU; here it is also "
         "placed on the critical path and priced.",
@@ -57,10 +64,14 @@ class HostBoundGaps(Rule):
         for members in _clusters(g.start[nodes] - g.gap[nodes], g.start[nodes])[
             : opts["max_findings"]
         ]:
+            members = members[
+                _carrying(g, nodes[members], typical[members], opts["min_rank_share"])
+            ]
             n = nodes[members]
             lo, hi = int((g.start[n] - g.gap[n]).min()), int(g.start[n].max())
             impact = int(interval_overlap(np.array([lo]), np.array([hi]), hs, he)[0])
-            saving = ctx.what_if(WhatIf.gaps(n, typical[members]))
+            change = WhatIf.gaps(n, typical[members])
+            saving = ctx.what_if(change)
             if max(ctx.pct(impact), ctx.pct(saving)) < opts["min_impact_pct"]:
                 continue
             found += 1
@@ -83,6 +94,7 @@ class HostBoundGaps(Rule):
                 end_ns=hi,
                 impact_ns=impact,
                 saving_ns=int(saving),
+                change=change,
                 suggestion="Find what the launch thread does here (data loading, a sync such as .item(), logging) and move it off the step.",
                 evidence={
                     "stalls": len(n),
@@ -129,6 +141,16 @@ def _host_stalls(ctx, factor: float) -> tuple[np.ndarray, np.ndarray]:
     if not nodes:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     return np.concatenate(nodes), np.concatenate(values)
+
+
+def _carrying(g, nodes: np.ndarray, typical: np.ndarray, share: float) -> np.ndarray:
+    """Mask of the stalls of a cluster on the ranks that carry it: those whose stalls beyond the
+    typical delay add up to at least ``share`` of the largest rank's. A rank that sleeps 5 ms
+    while the others launch as usual is its own pause, not theirs (their usual launch gaps
+    overlap it in time but hold nothing up)."""
+    rank = g.rank[nodes].astype(np.int64)
+    per_rank = np.bincount(rank, weights=np.maximum(g.gap[nodes] - typical, 0))
+    return per_rank[rank] >= share * per_rank.max()
 
 
 def _clusters(lo: np.ndarray, hi: np.ndarray) -> list[np.ndarray]:

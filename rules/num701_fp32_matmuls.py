@@ -104,10 +104,11 @@ class Fp32Matmuls(Rule):
         f = factor[ids]
         nodes = ctx.nodes_of(ids)
         ok = (nodes >= 0) & ~np.isnan(f)
-        saving = 0
+        saving, change = 0, None
         if ok.any():
             new = np.floor(ctx.graph.dur[nodes[ok]] * f[ok]).astype(np.int64)
-            saving = ctx.what_if(WhatIf.durations(nodes[ok], new))
+            change = WhatIf.durations(nodes[ok], new)
+            saving = ctx.what_if(change)
         impact = int(on_path.reindex(ids).fillna(0).sum())
         start = ev[S.TS].to_numpy()[ids]
         end = start + ev[S.DUR].to_numpy()[ids]
@@ -150,6 +151,7 @@ class Fp32Matmuls(Rule):
             end_ns=int(end.max()),
             impact_ns=impact,
             saving_ns=int(saving),
+            change=change,
             suggestion=f"Run {name or 'these matmuls'} in {fast[0]} (autocast or an explicit "
             "cast of weights and inputs).",
             evidence=evidence,

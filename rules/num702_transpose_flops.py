@@ -69,13 +69,14 @@ class TransposeFlops(Rule):
             return
         transposing = compute & (tf > 0) & np.isin(rank, flagged)
         ids = np.flatnonzero(transposing)
-        saving, impact = 0, 0
+        saving, impact, change = 0, 0, None
         if len(ids):
             share = np.clip(tf[ids] / np.where(flops[ids] > 0, flops[ids], tf[ids]), 0, 1)
             nodes = ctx.nodes_of(ids)
             ok = nodes >= 0
             new = np.floor(ctx.graph.dur[nodes[ok]] * (1 - share[ok])).astype(np.int64)
-            saving = ctx.what_if(WhatIf.durations(nodes[ok], new))
+            change = WhatIf.durations(nodes[ok], new)
+            saving = ctx.what_if(change)
             seg = ctx.path.segments
             on_path = seg[seg["event"] >= 0].groupby("event")["dur_ns"].sum()
             impact = int((on_path.reindex(ids).fillna(0).to_numpy() * share).sum())
@@ -109,6 +110,7 @@ class TransposeFlops(Rule):
             end_ns=int(end.max()) if len(end) else 0,
             impact_ns=impact,
             saving_ns=int(saving),
+            change=change,
             suggestion="Keep tensors in the layout their consumer reads, or move the transpose "
             "into a DMA.",
             evidence={"by_rank": {str(r): per_rank[r] for r in flagged}, "events": len(ids)},

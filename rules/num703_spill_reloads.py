@@ -65,12 +65,13 @@ class SpillReloads(Rule):
             & reload_track[track]
             & np.isin(rank, flagged)
         )
-        saving, impact, queue = 0, 0, ""
+        saving, impact, queue, change = 0, 0, "", None
         window = ids if len(ids) else np.flatnonzero(np.isin(rank, flagged))
         if len(ids):
             nodes = ctx.nodes_of(ids)
             ok = nodes >= 0
-            saving = ctx.what_if(WhatIf.durations(nodes[ok], np.zeros(int(ok.sum()), np.int64)))
+            change = WhatIf.durations(nodes[ok], np.zeros(int(ok.sum()), np.int64))
+            saving = ctx.what_if(change)
             seg = ctx.path.segments
             on_path = seg[seg["event"] >= 0].groupby("event")["dur_ns"].sum()
             impact = int(on_path.reindex(ids).fillna(0).sum())
@@ -103,6 +104,7 @@ class SpillReloads(Rule):
             end_ns=int(end.max()) if len(end) else 0,
             impact_ns=impact,
             saving_ns=int(saving),
+            change=change,
             suggestion="Shrink the working set so intermediates stay in SBUF (smaller tiles, "
             "recomputation, loop order).",
             evidence={"by_rank": {str(r): per_rank[r] for r in flagged}, "reload_dmas": len(ids)},

@@ -56,9 +56,8 @@ class StageImbalance(Rule):
         nodes = ctx.nodes_of(compute)
         nodes = nodes[nodes >= 0]
         scale = median / busy
-        saving = ctx.what_if(
-            WhatIf.durations(nodes, np.rint(ctx.graph.dur[nodes] * scale).astype(np.int64))
-        )
+        change = WhatIf.durations(nodes, np.rint(ctx.graph.dur[nodes] * scale).astype(np.int64))
+        saving = ctx.what_if(change)
         seg = ctx.path.segments
         # The stage's time on the path: its compute, and the skew others wait at its Sends
         # for (which is its compute too, seen from the collective).
@@ -89,6 +88,7 @@ class StageImbalance(Rule):
             end_ns=int(stages.at[slow, "last_ns"]),
             impact_ns=impact,
             saving_ns=int(saving),
+            change=change,
             suggestion="Move layers off this stage (or make them cheaper) until the stages' "
             "compute times match.",
             evidence={

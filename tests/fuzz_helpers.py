@@ -160,15 +160,16 @@ def check_contract(outcome: Outcome, paths: list[Path], what: str = "") -> None:
 
 
 def _check_repairs_reported(report: dict, where: str) -> None:
-    """Every rank with repairs has a TRC501 finding carrying exactly those counts."""
+    """Every rank with repairs is in the job's TRC501 finding with exactly those counts."""
     trc = {
-        tuple(f["ranks"]): f["evidence"]["repairs"]
+        int(r): repairs
         for f in report["findings"]
         if f["code"] == "TRC501"
+        for r, repairs in f["evidence"]["by_rank"].items()
     }
     for rank in report["ranks"]:
         if rank["repairs"]:
-            got = trc.get((rank["rank"],))
+            got = trc.get(rank["rank"])
             assert got == rank["repairs"], (
                 f"rank {rank['rank']} repairs {rank['repairs']} not reported by TRC501 "
                 f"({got}) on {where}"

@@ -8,6 +8,7 @@ import copy
 from functools import cache
 from pathlib import Path
 
+import orjson
 import pytest
 
 from tests.fake_rules import use_probe_rules
@@ -68,6 +69,13 @@ def diagnosed(run_dirs):
     """``diagnosed(name) -> Diagnosis`` of a generated run with the built-in rules (cached for
     the session, across test modules)."""
     return lambda name: _diagnose(run_dirs[name])
+
+
+@pytest.fixture(scope="session")
+def truths(run_dirs):
+    """``truths(name) -> dict``: what the generator injected and simulated for a run (its
+    truth.json): the step time the diagnosis must find, independent of the code under test."""
+    return lambda name: orjson.loads((run_dirs[name].parent / "truth.json").read_bytes())
 
 
 @pytest.fixture(scope="session")

@@ -246,7 +246,8 @@ def test_rules_table_of_the_built_in_rules(run):
     assert lines[0].split() == ["code", "name", "family", "severity", "title"]
     assert [line.split()[0] for line in lines[1:]] == list(all_rules())
     # Not a terminal: whole titles, nothing cut (test_report_readability checks a terminal's cut).
-    assert all(line.endswith(cls.title) for line, cls in zip(lines[1:], all_rules().values()))
+    rules = all_rules().values()
+    assert all(line.endswith(c.title) for line, c in zip(lines[1:], rules, strict=True))
 
 
 def test_rules_by_family(run, loads):

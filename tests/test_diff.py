@@ -10,12 +10,14 @@ import pytest
 from tests import gate_runs
 from tracediag.ci.diff import correlate, diff_reports
 from tracediag.ci.statistics import betainc, bh_qvalues, pearson, t_two_sided_p, welch
+from tracediag.model.units import fmt_ns
 from tracediag.report.diff_render import render_diff_markdown, render_diff_text
 
 # the shared fixtures (see tests/gate_runs.py)
 cli = gate_runs.cli
 probes = gate_runs.probes
 reports = gate_runs.reports
+truths = gate_runs.truths
 run_dirs = gate_runs.run_dirs
 
 # ---- statistics -------------------------------------------------------------------------------
@@ -43,14 +45,21 @@ def test_statistics_edge_cases():
 # ---- diff -------------------------------------------------------------------------------------
 
 
-def test_diff_finds_the_slow_dma(reports):
+def test_diff_finds_the_slow_dma(reports, truths):
     a, b = reports("clean0"), reports("slow_dma")
     result = diff_reports(a, b, top=5)
-    assert result["step"]["change_ns"] == 7718638 - 6681759
-    assert result["step"]["change_pct"] == 15.52
+    # The step times are the generator's (each diagnosis finds its run's simulated step).
+    step_a, step_b = truths("clean0")["step_time_ns"], truths("slow_dma")["step_time_ns"]
+    assert result["step"]["change_ns"] == step_b - step_a
+    assert result["step"]["change_pct"] == round(100 * (step_b - step_a) / step_a, 2)
     cats = {c["category"]: c for c in result["categories"]}
-    assert cats["dma_transfer"]["change_ns"] == 1900072 - 383828
-    assert (cats["dma_transfer"]["a_pct"], cats["dma_transfer"]["b_pct"]) == (5.74, 24.62)
+    dma_a, dma_b = (r["critical_path"]["by_category_ns"]["dma_transfer"] for r in (a, b))
+    assert dma_b > 4 * dma_a  # layer_1's weights at a quarter of the bandwidth
+    assert cats["dma_transfer"]["change_ns"] == dma_b - dma_a
+    assert (cats["dma_transfer"]["a_pct"], cats["dma_transfer"]["b_pct"]) == (
+        round(100 * dma_a / step_a, 2),
+        round(100 * dma_b / step_b, 2),
+    )
     top = result["ops"][0]
     assert top["op"] == "layer_1.weight"  # the DMA of layer_1's weights, 1152 transfers per run
     assert (top["a_count"], top["b_count"]) == (1152, 1152)
@@ -95,11 +104,12 @@ def test_operators_on_one_side_only():
     assert "-" in render_diff_text(result)
 
 
-def test_correlate_a_prediction(reports):
+def test_correlate_a_prediction(reports, truths):
     measured, predicted = reports("clean0"), reports("straggler")
     result = correlate(measured, predicted, top=3)
     assert result["ops_matched"] == len(measured["durations"]["by_op"])
-    assert result["step"]["error_pct"] == pytest.approx(21.34, abs=0.01)
+    step_m, step_p = truths("clean0")["step_time_ns"], truths("straggler")["step_time_ns"]
+    assert result["step"]["error_pct"] == pytest.approx(100 * (step_p - step_m) / step_m, abs=0.01)
     assert 0.98 < result["pearson_r"] < 0.99
     assert result["pearson_r_log"] > result["pearson_r"]
     worst = result["worst"][0]
@@ -111,10 +121,12 @@ def test_correlate_a_prediction(reports):
     assert correlate(measured, measured)["weighted_mape_pct"] == 0.0
 
 
-def test_renderers(reports):
+def test_renderers(reports, truths):
     result = diff_reports(reports("clean0"), reports("slow_dma"), top=3)
     text = render_diff_text(result)
-    assert "  step time  6.682 ms  7.719 ms  +1.037 ms  +15.5%" in text
+    step_a, step_b = truths("clean0")["step_time_ns"], truths("slow_dma")["step_time_ns"]
+    change = f"+{fmt_ns(step_b - step_a)}  +{100 * (step_b - step_a) / step_a:.1f}%"
+    assert f"  step time  {fmt_ns(step_a)}  {fmt_ns(step_b)}  {change}" in text
     assert "layer_1.weight  1.333 µs  3.299 µs  +147.5%     +2.265 ms  <1e-4          yes" in text
     md = render_diff_markdown(result)
     assert md.startswith("## tracediag diff\n")

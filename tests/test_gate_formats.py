@@ -285,7 +285,9 @@ def test_github_annotations(reports):
     assert Path(path).is_dir()
     assert lines[0].startswith("::error title=DMA101 ") and "file=" not in lines[0]
     assert lines[0].endswith(f"(trace: {path})")
-    assert "24.64%25 of the step" in lines[0]
+    # GitHub reads % as an escape: the message's percentages are written %25, never bare.
+    impact_pct = report["findings"][0]["impact_pct"]
+    assert f"{impact_pct}%25 of the step" in lines[0] and not re.search(r"%(?!25)", lines[0])
     assert [line.split(" ", 1)[0] for line in lines[1:-1]] == ["::notice"] * (len(lines) - 2)
     assert lines[-1] == "::error title=tracediag::check failed: 1 finding at or above error"
 

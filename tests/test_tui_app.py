@@ -155,8 +155,15 @@ def test_timeline_keys_zoom_pan_and_jump_along_the_path(diagnosis):
         await pilot.press("p")
         assert st.segment == start - 1
         assert st.selected == 3875  # the MATMUL on rank 1 that made it arrive late
-        await pilot.press("n", "n")
-        assert st.segment == start + 1
+        await pilot.press("n")
+        assert (st.segment, st.selected) == (start, 7375)  # back on the late AllReduce
+        # its skew and two transfer segments (371-373) are one step: the next press selects
+        # the next event, the tensor reduce after the AllReduce, and the event panel follows
+        await pilot.press("n")
+        assert (st.segment, st.selected) == (start + 3, 3910)
+        assert dict(app.screen.info_rows)["event"] == "TENSOR_REDUCE  #3910"
+        await pilot.press("p")
+        assert (st.segment, st.selected) == (start, 7375)
         await pilot.press("plus")
         assert st.span == span // 2
         t0 = st.t0

@@ -104,6 +104,7 @@ class Diagnosis:
                     "repairs": dict(m.repairs),
                     "inferred_edges": inferred.get(r, {}),
                     "path_gap_pct": a.pct(path_gap.get(r, 0)),
+                    "hardware_peaks": _peaks(a.hardware.get(r)),
                 }
             )
         by_cat = a.path.by_category()
@@ -268,3 +269,17 @@ class Diagnosis:
 def report_json(report: dict) -> str:
     """The report dictionary as indented JSON text ending in a newline."""
     return orjson.dumps(report, option=_JSON_OPTIONS | orjson.OPT_APPEND_NEWLINE).decode()
+
+
+def _peaks(hw) -> dict:
+    """The peaks the rules compared this rank with, and where they came from."""
+    if hw is None:
+        return {"source": "unknown"}
+    return {
+        "source": hw.source,
+        "name": hw.name,
+        "peak_flops_bf16": hw.peak_flops or None,
+        "hbm_bw": hw.hbm_bw or None,
+        "link_bw": hw.link_bw or None,
+        "dma_queue_bw": hw.dma_queue_bw or None,
+    }

@@ -8,7 +8,8 @@ from pathlib import PurePath
 import orjson
 
 from tracediag.model.units import fmt_ns
-from tracediag.report.labels import ranks_label, window
+from tracediag.model.wording import ranks_label
+from tracediag.report.labels import window
 
 
 def rule_info() -> dict[str, dict]:
@@ -62,14 +63,24 @@ def finding_figures(finding: dict, report: dict) -> str:
     span = window(finding, report["critical_path"]["start_ns"])
     if span:
         lines.append(f"window: {span} from the start of the critical path")
-    if finding.get("evidence"):
-        evidence = orjson.dumps(
-            finding["evidence"], option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+    evidence = {k: v for k, v in (finding.get("evidence") or {}).items() if not _is_id_list(k, v)}
+    if evidence:
+        text = orjson.dumps(
+            evidence, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
         ).decode()
-        lines.append(f"evidence: {evidence}")
+        lines.append(f"evidence: {text}")
     if finding.get("suggestion"):
         lines.append(f"suggestion: {finding['suggestion']}")
     return "\n".join(lines)
+
+
+#: Evidence keys whose lists number rows of tracediag's own tables (event ids, collective keys):
+#: the JSON report keeps them for tools; a CI log reader cannot look them up.
+_ID_LIST_KEYS = frozenset({"events", "event_ids", "coll_keys"})
+
+
+def _is_id_list(key: str, value) -> bool:
+    return key in _ID_LIST_KEYS and isinstance(value, (list, tuple))
 
 
 def gate_of(report: dict) -> dict:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tracediag.ci.gate import regression_message, verdict_line
-from tracediag.report.labels import plural
+from tracediag.model.wording import plural
 
 
 def _lines(gate: dict) -> list[tuple[str, str]]:

@@ -7,6 +7,8 @@ regressions are errors. The last line is the verdict as a notice or an error.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tracediag.ci.gate import verdict_line
 from tracediag.report.ci_common import gate_of, scope_label, trace_path
 
@@ -28,6 +30,17 @@ def annotation(level: str, title: str, message: str, file: str = "") -> str:
     return f"::{level} {','.join(props)}::{escape_data(message)}"
 
 
+def annotated_file(path: str) -> str:
+    """``path``, unless it is a directory: GitHub attaches an annotation to a file only, so a
+    profile directory (a Neuron Parquet profile, a rank's folder) gets none; its findings'
+    messages name it instead."""
+    return "" if not path or Path(path).is_dir() else path
+
+
+def _with_trace(message: str, path: str) -> str:
+    return message if not path or annotated_file(path) else f"{message} (trace: {path})"
+
+
 def render_github(report: dict) -> str:
     """The check report (with its ``gate``) as workflow annotations, one per line."""
     gate = gate_of(report)
@@ -35,11 +48,20 @@ def render_github(report: dict) -> str:
     for f, failing in zip(report["findings"], gate["failing"], strict=True):
         level = "error" if failing else ("notice" if f["severity"] == "info" else "warning")
         title = f"{f['code']} {f['title']} [{scope_label(f)}]"
-        lines.append(annotation(level, title, f["message"], trace_path(report, f["ranks"])))
+        path = trace_path(report, f["ranks"])
+        lines.append(
+            annotation(level, title, _with_trace(f["message"], path), annotated_file(path))
+        )
     for g in gate["failures"]:
         if g["kind"] in ("budget", "regression"):
+            path = trace_path(report)
             lines.append(
-                annotation("error", f"tracediag {g['title']}", g["message"], trace_path(report))
+                annotation(
+                    "error",
+                    f"tracediag {g['title']}",
+                    _with_trace(g["message"], path),
+                    annotated_file(path),
+                )
             )
     lines.append(
         annotation("notice" if gate["passed"] else "error", "tracediag", verdict_line(gate))

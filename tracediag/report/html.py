@@ -9,7 +9,8 @@ from html import escape
 from statistics import median
 
 from tracediag.model.units import fmt_ns
-from tracediag.report.labels import rank_list, ranks_label, severity_counts, window
+from tracediag.model.wording import rank_list, ranks_label
+from tracediag.report.labels import severity_counts, total_saving, window
 from tracediag.report.svg import (
     CATEGORY_COLORS,
     SEVERITY_COLORS,
@@ -46,7 +47,7 @@ def _summary(report: dict) -> str:
         ("Ranks", escape(rank_list([r["rank"] for r in report["ranks"]]))),
         ("Critical path (step)", fmt_ns(cp["length_ns"])),
         ("Findings", f"{s['findings']} ({escape(severity_counts(s))})"),
-        ("Upper bound on the total saving", fmt_ns(s["total_saving_ns_upper_bound"])),
+        _saving_row(s),
     ]
     gate = report.get("gate")
     if gate:
@@ -55,6 +56,11 @@ def _summary(report: dict) -> str:
         css = "pass" if gate["passed"] else "fail"
         rows.append(("Gate", f'<span class="{css}">{escape(verdict_line(gate))}</span>'))
     return "<table>" + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows) + "</table>"
+
+
+def _saving_row(summary: dict) -> tuple[str, str]:
+    label, value, note = total_saving(summary)
+    return label, f'{value} <span class="muted">({escape(note)})</span>'
 
 
 def _critical_path(report: dict) -> str:
@@ -79,16 +85,11 @@ def _critical_path(report: dict) -> str:
     )
 
 
-def _rank_heatmap(report: dict) -> str:
+def _rank_heatmap(report: dict, views=None) -> str:
     ranks = report["ranks"]
     if not ranks:
         return ""
     columns = ["step time", "compute", "communication", "memory", "idle", "MFU"]
-    # A cell is shaded by how much worse than the median rank it is: full red at 10% more
-    # step time, or 25 percentage points of a share; not relative to the worst rank, so that
-    # two nearly equal ranks stay white.
-    worse_if_higher = {"step time": True, "compute": False, "communication": True,
-                       "memory": True, "idle": True, "MFU": False}  # fmt: skip
 
     def value(r: dict, col: str):
         if col == "step time":
@@ -97,30 +98,44 @@ def _rank_heatmap(report: dict) -> str:
             return r.get("mfu_pct")
         return r["breakdown_pct"].get(col)
 
-    scale = {}
-    for col in columns:
-        vals = [v for r in ranks if (v := value(r, col)) is not None]
-        mid = median(vals) if vals else 0.0
-        full_red = 0.10 * mid if col == "step time" else 25.0
-        scale[col] = (mid, 1 if worse_if_higher[col] else -1, full_red)
+    # One measure shades a whole row, so the darkest row is the rank that measure blames: the
+    # arrival lateness COL201 and the skew grid read when the trace has collectives (a
+    # straggler's own step time is no longer than the ranks that wait for it), else step time.
+    lateness = getattr(views, "rank_lateness", None)
+    if lateness is not None:
+        columns = ["arrival lateness", *columns]
+        measure = "mean arrival lateness at collectives (arrival minus the others' median)"
+        full = f"full red: {fmt_ns(lateness.scale_ns)} late, the latest rank or 0.5% of the path"
+        shade = {
+            r["rank"]: max(lateness.mean_ns.get(r["rank"], 0.0), 0.0) / lateness.scale_ns
+            if lateness.scale_ns > 0
+            else 0.0
+            for r in ranks
+        }
+    else:
+        mid = median(r["step_time_ns"] for r in ranks)
+        measure = "step time against the median rank"
+        full = "full red: 10% more step time than the median rank"
+        shade = {
+            r["rank"]: (r["step_time_ns"] - mid) / (0.10 * mid) if mid > 0 else 0.0 for r in ranks
+        }
     cells = []
     for r in ranks:
         line = []
         for col in columns:
-            v = value(r, col)
-            if v is None:
-                line.append(("-", 0.0))
-                continue
-            mid, sign, full_red = scale[col]
-            text = fmt_ns(v) if col == "step time" else f"{v:.1f}%"
-            line.append((text, sign * (v - mid) / full_red if full_red > 0 else 0.0))
+            if col == "arrival lateness":
+                v = lateness.mean_ns.get(r["rank"])
+                text = "-" if v is None else ("+" if v > 0 else "") + fmt_ns(v)
+            else:
+                v = value(r, col)
+                text = "-" if v is None else fmt_ns(v) if col == "step time" else f"{v:.1f}%"
+            line.append((text, shade[r["rank"]]))
         cells.append(line)
     return (
-        "<h2>Ranks</h2>"
-        '<p class="muted">Each cell is shaded by how much worse than the median rank it is '
-        "(white: at or better than the median; full red: 10% more step time, or 25 points "
-        "more of a share that should be low or less of one that should be high).</p>"
-        + heatmap([f"rank {r['rank']}" for r in ranks], columns, cells)
+        f"<h2>Ranks, shaded by {escape(measure.split(' (')[0])}</h2>"
+        f'<p class="muted">Each row is shaded by its rank\'s {escape(measure)}: white at or '
+        f"below 0, {escape(full)}. The other columns are shown, not shaded.</p>"
+        + heatmap([f"rank {r['rank']}" for r in ranks], columns, cells, 100 if lateness else 110)
     )
 
 
@@ -169,9 +184,10 @@ def _worst_window(report: dict, views) -> str:
     w = views.window
     return (
         f"<h2>Worst window: {escape(w.code)}</h2>"
-        f'<p class="muted">Events of the ranks involved, from '
+        f'<p class="muted">Events of {escape(ranks_label(w.ranks))}, where the critical path '
+        "runs in this window, from "
         f"{escape(fmt_ns(w.start_ns - report['critical_path']['start_ns']))} into the critical path, "
-        "on their busiest tracks; the finding's window is shaded and the critical path's events "
+        "on the tracks it runs on, then their busiest; the finding's window is shaded and the critical path's events "
         "are underlined in black.</p>" + window_lanes(w, fmt_ns)
     )
 
@@ -236,7 +252,7 @@ def render_html(report: dict, trend: dict | None = None, views=None) -> str:
         f'<p class="muted">{escape(tool.get("name", "tracediag"))} {escape(str(tool.get("version", "")))}</p>',
         _summary(report),
         _critical_path(report),
-        _rank_heatmap(report),
+        _rank_heatmap(report, views),
         _skew(views),
         _timeline(report),
         _worst_window(report, views),

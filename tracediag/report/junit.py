@@ -1,7 +1,7 @@
 """JUnit XML for CI (GitLab, Jenkins, Azure): one testcase per rule and scope.
 
-Suites: one per rule family (``tracediag.dma``...), then ``tracediag.ci.budgets`` (one testcase per
-budget) and ``tracediag.ci.baseline`` (one per gated metric) when the check had them. A rule that
+Suites: one per rule family (``tracediag.dma``...), then ``tracediag.budgets`` (one testcase per
+budget) and ``tracediag.baseline`` (one per gated metric) when the check had them. A rule that
 ran and found nothing is one passing testcase (scope ``job``); a rule's findings are grouped by
 scope (their ranks), one testcase each, failed when a finding of the group fails the gate, and
 otherwise passing with the findings in ``system-out``.
@@ -73,9 +73,9 @@ def _rule_cases(report: dict, gate: dict, suites: dict[str, ET.Element]) -> None
 def _budget_cases(report: dict, gate: dict) -> ET.Element | None:
     if not gate["budgets"]:
         return None
-    suite = ET.Element("testsuite", {"name": "tracediag.ci.budgets"})
+    suite = ET.Element("testsuite", {"name": "tracediag.budgets"})
     for b in gate["budgets"]:
-        case = _case(suite, "tracediag.ci.budgets", b["budget"], trace_path(report))
+        case = _case(suite, "tracediag.budgets", b["budget"], trace_path(report))
         if not b["passed"]:
             _fail(case, b["message"], "budget", b["message"])
         else:
@@ -87,9 +87,9 @@ def _baseline_cases(report: dict, gate: dict) -> ET.Element | None:
     comparison = gate["baseline"]
     if not comparison:
         return None
-    suite = ET.Element("testsuite", {"name": "tracediag.ci.baseline"})
+    suite = ET.Element("testsuite", {"name": "tracediag.baseline"})
     for row in comparison["metrics"]:
-        case = _case(suite, "tracediag.ci.baseline", row["metric"], trace_path(report))
+        case = _case(suite, "tracediag.baseline", row["metric"], trace_path(report))
         text = regression_message(row)
         if row["status"] == "regression":
             _fail(case, text, "regression", text)

@@ -5,14 +5,8 @@ from __future__ import annotations
 import html
 
 from tracediag.model.units import fmt_ns
-from tracediag.report.labels import (
-    layout_label,
-    percent,
-    rank_list,
-    ranks_label,
-    severity_counts,
-    window,
-)
+from tracediag.model.wording import rank_list, ranks_label
+from tracediag.report.labels import layout_label, percent, severity_counts, total_saving, window
 
 #: Rows of the findings table and findings detailed below it; the rest is counted, since a
 #: PR comment has a size limit (65536 characters on GitHub).
@@ -47,10 +41,15 @@ def _summary(report: dict) -> list[str]:
             else []
         ),
         ["Findings", f"{summary['findings']} ({severity_counts(summary)})"],
-        ["Upper bound on the total saving", fmt_ns(summary["total_saving_ns_upper_bound"])],
+        _saving_row(summary),
         ["Gate", f"fail on {report['config']['fail_on']}"],
     ]
     return _table(["", ""], rows, "ll")
+
+
+def _saving_row(summary: dict) -> list[str]:
+    label, value, note = total_saving(summary)
+    return [label, f"{value} ({note})"]
 
 
 def _ranks(report: dict) -> list[str]:

@@ -10,14 +10,8 @@ import re
 import textwrap
 
 from tracediag.model.units import fmt_ns
-from tracediag.report.labels import (
-    layout_label,
-    percent,
-    plural,
-    ranks_label,
-    severity_counts,
-    window,
-)
+from tracediag.model.wording import plural, ranks_label
+from tracediag.report.labels import layout_label, percent, severity_counts, total_saving, window
 
 WIDTH = 100
 MIN_WIDTH = 60  # narrower requests are laid out at this width
@@ -131,6 +125,14 @@ def _ranks(report: dict, width: int) -> list[str]:
     lines += _wrap(f"Clock alignment: {clocks}", 2, 4, width)
     if report.get("layout"):  # reports saved before layouts existed have none
         lines += _wrap(f"Parallel layout: {layout_label(report['layout'])}", 2, 4, width)
+    by_source: dict[str, list[int]] = {}
+    for r in report["ranks"]:
+        source = (r.get("hardware_peaks") or {}).get("source")  # older reports have none
+        if source and source != "unknown":
+            by_source.setdefault(source, []).append(r["rank"])
+    if by_source:
+        peaks = "; ".join(f"{how} {ranks_label(ranks)}" for how, ranks in by_source.items())
+        lines += _wrap(f"Hardware peaks from: {peaks}", 2, 4, width)
     if repairs:
         lines.append("  Rows repaired or dropped:")
         lines += [_clip(f"    {line}", width) for line in repairs]
@@ -155,10 +157,34 @@ def _critical_path(report: dict, width: int) -> list[str]:
     return lines
 
 
+#: Info findings whose replay saves less than this share of the critical path are left out of
+#: the text report (one line names them; JSON, Markdown and HTML list them in full), except the
+#: trace family's, which say how far the report can be trusted.
+QUIET_SAVING_PCT = 0.1
+
+
+def is_quiet(f: dict, length_ns: int) -> bool:
+    """Whether the text report leaves finding ``f`` out: info, outside the trace family, with a
+    saving under :data:`QUIET_SAVING_PCT` of the path (``length_ns``)."""
+    if f["severity"] != "info" or f["family"] == "trace":
+        return False
+    return f["saving_ns"] < QUIET_SAVING_PCT / 100.0 * length_ns if length_ns else True
+
+
+def _facts(f: dict) -> str:
+    if not f["saving_ns"] and not f["impact_ns"]:
+        return ""
+    saving = fmt_ns(f["saving_ns"]) if f["saving_ns"] else "none by replay"
+    return f"impact {fmt_ns(f['impact_ns'])} ({f['impact_pct']:.1f}% of path), saving {saving}"
+
+
 def _findings(report: dict, style: _Style, width: int) -> list[str]:
     path_start = report["critical_path"]["start_ns"]
+    length = report["critical_path"]["length_ns"]
     lines: list[str] = []
-    for n, f in enumerate(report["findings"], 1):
+    shown = [f for f in report["findings"] if not is_quiet(f, length)]
+    quiet = [f for f in report["findings"] if is_quiet(f, length)]
+    for n, f in enumerate(shown, 1):
         head = f"{n:>3}. {f['code']:<7} "
         title = _clip(f["title"], width - len(head) - 8)
         lines.append(f"{head}{style.severity(f['severity'], 8)}{style.heading(title)}")
@@ -167,14 +193,23 @@ def _findings(report: dict, style: _Style, width: int) -> list[str]:
         span = window(f, path_start)
         if span:
             where.append(f"window {span}")
-        facts = (
-            f"impact {fmt_ns(f['impact_ns'])} ({f['impact_pct']:.1f}% of path),"
-            f" saving {fmt_ns(f['saving_ns'])}"
-        )
-        for text in (" | ".join(where), facts, f["message"]):
+        for text in (" | ".join(where), _facts(f), f["message"]):
             lines += _wrap(text, 5, 7, width)
         if f["suggestion"]:
             lines += _wrap(f"fix: {f['suggestion']}", 5, 10, width)
+        lines.append("")
+    if quiet:
+        names = ", ".join(
+            f"{f['code']} {ranks_label(f['ranks'])}" if f["ranks"] else f["code"] for f in quiet
+        )
+        lines += _wrap(
+            f"Not shown: {plural(len(quiet), 'info finding')} whose fix saves under"
+            f" {QUIET_SAVING_PCT}% of the path by replay ({names}); --format markdown, html or"
+            f" json lists {'it' if len(quiet) == 1 else 'them'}.",
+            2,
+            4,
+            width,
+        )
         lines.append("")
     return lines or ["  No findings.", ""]
 
@@ -202,11 +237,6 @@ def render_text(report: dict, *, color: bool = False, width: int = WIDTH) -> str
     ]
     findings_head = "Findings, by what-if saving (windows from the start of the critical path)"
     out += [style.heading(_clip(findings_head, width)), *_findings(report, style, width)]
-    out += _wrap(
-        f"Upper bound on the total saving: {fmt_ns(summary['total_saving_ns_upper_bound'])}"
-        " (savings overlap; each is measured alone).",
-        0,
-        2,
-        width,
-    )
+    label, value, note = total_saving(summary)
+    out += _wrap(f"{label}: {value} ({note}).", 0, 2, width)
     return "\n".join(out) + "\n"

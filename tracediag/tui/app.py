@@ -17,7 +17,7 @@ from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.screen import Screen
 
 from tracediag.engine.config import Config
-from tracediag.engine.diagnose import Diagnosis
+from tracediag.engine.diagnosis import Diagnosis
 from tracediag.model.findings import Finding
 from tracediag.tui import targets
 from tracediag.tui.detail_screen import FindingDetailScreen

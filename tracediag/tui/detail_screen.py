@@ -13,7 +13,7 @@ from textual.widgets import Footer, Markdown, Static
 from tracediag.engine.rule import all_rules
 from tracediag.model.findings import Finding
 from tracediag.model.units import fmt_bytes, fmt_ns
-from tracediag.report.labels import rank_list
+from tracediag.model.wording import rank_list
 from tracediag.tui.styles import SEVERITY_STYLE
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tracediag.model.findings import FAMILIES, Finding, Severity
-from tracediag.report.labels import rank_list
+from tracediag.model.wording import rank_list
 
 #: Table columns: (key, header). Sorting is by the key's value, see :func:`sort_value`.
 COLUMNS = (

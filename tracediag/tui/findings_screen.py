@@ -12,7 +12,7 @@ from textual.widgets import DataTable, Footer, Input, Static
 
 from tracediag.model.findings import Finding
 from tracediag.model.units import fmt_ns
-from tracediag.report.labels import rank_list
+from tracediag.model.wording import rank_list
 from tracediag.tui import findings_query as Q
 from tracediag.tui.styles import SEVERITY_STYLE
 

@@ -35,8 +35,10 @@ the cause were fixed. Start at the overview, open a finding, then its timeline.
 | `x` | clear filters and search |
 
 ## Timeline
-Lanes are tracks (engines, DMA queues, streams) of the ranks involved. Critical-path events are
-drawn in the warning colour, waits on the path as `░`; the finding's window is shaded.
+Lanes are tracks (engines, DMA queues, streams, CPU threads) of the ranks involved, in the same
+order on every rank; tracks holding only profiler markers get no lane. Labels fit the widest
+lane (up to a third of the screen). Critical-path events are drawn in the warning colour, waits
+on the path as `░`; the finding's window is shaded.
 
 | key | does |
 |---|---|
@@ -44,13 +46,26 @@ drawn in the warning colour, waits on the path as `░`; the finding's window is
 | `↑` `↓` | lane above / below |
 | `+` `-` | zoom in / out around the selected event |
 | `,` `.` | pan left / right (also `shift+←` `shift+→`) |
-| `p` `n` | previous / next segment of the critical path |
+| `p` `n` | select the previous / next event of the critical path (its segments are one step) |
 | `a` | lanes for all ranks / the ranks involved |
 | `s` `0` `z` | back to the opening window / whole trace / the selected event |
 
-## Critical path and ranks
-`↑` `↓` move, `enter` opens the segment (or the collective) in the timeline. In the heatmap a
-straggler is a column that is hot on every row; `▲` marks the last arrival.
+## Critical path
+Every segment of the path; the columns widen with the screen.
+
+| key | does |
+|---|---|
+| `enter` | open the segment in the timeline (on a group's heading: open / close it) |
+| `/` | search as you type (every word must match: category, `r2`, track, event, op, layer) |
+| `s` / `S` | sort by the next column (start, duration, category, rank, track, event, layer) / reverse |
+| `g` | group by category, by rank, or not at all (groups by path time, largest first) |
+| `x` | back to the chronological list: no search, no groups |
+
+## Ranks
+`↑` `↓` `←` `→` move, `enter` opens the collective in the timeline. A straggler is a column that
+is hot on every row; `▲` marks the last arrival. The darkest colour stands for the largest
+lateness, but never less than 0.5% of the critical path, so noise stays pale; the line above
+the grid says how long the critical path waits for each rank's late arrivals.
 """
 
 

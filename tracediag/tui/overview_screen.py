@@ -11,7 +11,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from tracediag.model.units import fmt_ns
-from tracediag.report.labels import layout_label, plural, rank_list, severity_counts
+from tracediag.model.wording import plural, rank_list
+from tracediag.report.labels import layout_label, severity_counts
 from tracediag.tui.findings_screen import finding_cells
 from tracediag.tui.styles import CATEGORY_COLOR
 
@@ -137,7 +138,10 @@ class OverviewScreen(Screen):
             yield Static(category_bar(cp["by_category_ns"]), id="path-bar")
             yield Static(_legend(cp["by_category_ns"], cp["length_ns"]), id="path-legend")
             yield Static(f"compute by engine: {engines or '-'}", id="engines")
-            yield Static("Ranks (step time, breakdown_pct)", classes="heading")
+            yield Static(
+                "Ranks (step time; share of device time: compute, comm, memory, idle)",
+                classes="heading",
+            )
             yield Static(_ranks_line(report), id="layout")
             yield Static(_ranks_table(report), id="ranks")
             yield Static("Inputs", classes="heading")

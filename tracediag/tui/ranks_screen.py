@@ -7,7 +7,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from tracediag.analysis.arrival_skew import lateness_grid
+from tracediag.analysis.arrival_skew import colour_scale_ns, lateness_grid
 from tracediag.model.units import fmt_ns
 from tracediag.tui import targets
 from tracediag.tui.heatmap import HeatmapView
@@ -19,17 +19,21 @@ class RanksScreen(Screen):
     BINDINGS = [Binding("escape", "app.back", "Back", show=False)]
     DEFAULT_CSS = """
     RanksScreen #ranks-title { height: 1; background: $panel; padding: 0 1; }
+    RanksScreen #path-waits { height: 1; padding: 0 1; }
     RanksScreen #cell-info { height: 2; padding: 0 1; border-top: solid $panel; }
     """
 
     def compose(self) -> ComposeResult:
         late = self.app.session.lateness
+        analysis = self.app.session.diagnosis.analysis
+        scale = colour_scale_ns(late, analysis.length_ns)
         yield Static(
-            "Arrival lateness: arrival minus the others' median arrival (▲ arrived last)",
+            f"Lateness: arrival - others' median · ▲ last · darkest {fmt_ns(scale)}",
             id="ranks-title",
         )
         if len(late):
-            self.grid = lateness_grid(late)
+            self.grid = lateness_grid(late, scale)
+            yield Static(path_waits(analysis.segments), id="path-waits")
             yield HeatmapView(self.grid, id="heatmap")
             yield Static(id="cell-info")
         else:
@@ -68,3 +72,14 @@ class RanksScreen(Screen):
                 self.app.session, int(g.keys[event.row]), int(g.ranks[event.col])
             )
             self.app.open_timeline(target)
+
+
+def path_waits(segments) -> str:
+    """What the critical path waits for at collectives, per late rank (its ``collective_skew``
+    segments): the number to read the heatmap's colours against."""
+    skew = segments[segments["category"] == "collective_skew"]
+    if not len(skew):
+        return "The critical path never waits for a late arrival (collective skew 0 ns)"
+    per_rank = skew.groupby("rank")["dur_ns"].sum().sort_values(ascending=False, kind="stable")
+    waits = ", ".join(f"rank {int(r)} {fmt_ns(int(ns))}" for r, ns in per_rank.items())
+    return f"The critical path waits for late arrivals of: {waits}"

@@ -2,6 +2,10 @@
 
 For tables too long for a DataTable (a critical path can have 100k segments): the caller gives
 the row count and a function that formats one row; nothing is built per row up front.
+
+Columns are ``(title, width)`` or ``(title, width, weight)``: the width left over on a wide
+screen goes to the weighted columns, in proportion to their weights. A row of one cell (a
+group's heading) spans the whole line.
 """
 
 from __future__ import annotations
@@ -15,8 +19,20 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
-#: Formats row ``i`` as (text, style) cells, one per column.
+#: Formats row ``i`` as (text, style) cells, one per column (or one for the whole line).
 RowCells = Callable[[int], list[tuple[str, str]]]
+
+
+def fit_widths(columns: list[tuple], width: int) -> list[int]:
+    """Each column's width on a line of ``width`` cells: its own, plus its weight's share of
+    what is left."""
+    base = [c[1] for c in columns]
+    weights = [c[2] if len(c) > 2 else 0 for c in columns]
+    spare = width - sum(base)
+    if spare <= 0 or not sum(weights):
+        return base
+    extra = [spare * w // sum(weights) for w in weights]
+    return [b + e for b, e in zip(base, extra, strict=True)]
 
 
 class RowList(Widget, can_focus=True):
@@ -52,9 +68,7 @@ class RowList(Widget, can_focus=True):
             super().__init__()
             self.index = index
 
-    def __init__(
-        self, columns: list[tuple[str, int]], count: int, cells: RowCells, **kwargs
-    ) -> None:
+    def __init__(self, columns: list[tuple], count: int, cells: RowCells, **kwargs) -> None:
         super().__init__(**kwargs)
         self.columns = columns
         self.count = count
@@ -89,10 +103,22 @@ class RowList(Widget, can_focus=True):
         if self.count:
             self.post_message(self.Selected(self.cursor))
 
+    def set_rows(self, count: int) -> None:
+        """A new row count (the caller's rows changed): cursor back to the top."""
+        self.count = count
+        self.cursor = self.offset_row = 0
+        self.refresh()
+
+    @property
+    def widths(self) -> list[int]:
+        return fit_widths(self.columns, self.size.width)
+
     def _line(self, cells: list[tuple[str, str]], base: Style) -> Strip:
+        widths = self.widths if len(cells) > 1 else [self.size.width]
         segments = []
-        for (text, style), (_, width) in zip(cells, self.columns, strict=True):
-            cell = text[: width - 1].ljust(width)
+        for (text, style), width in zip(cells, widths, strict=True):
+            cell = text if len(text) < width else text[: max(width - 2, 0)] + "… "
+            cell = cell.ljust(width)
             segments.append(Segment(cell, base + Style.parse(style) if style else base))
         return Strip(segments).adjust_cell_length(self.size.width, base)
 
@@ -100,7 +126,7 @@ class RowList(Widget, can_focus=True):
         base = self.rich_style
         if y == 0:
             header = self.get_component_rich_style("rowlist--header")
-            return self._line([(title, "") for title, _ in self.columns], base + header)
+            return self._line([(c[0], "") for c in self.columns], base + header)
         row = self.offset_row + y - 1
         if row >= self.count:
             return Strip.blank(self.size.width, base)

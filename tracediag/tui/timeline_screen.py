@@ -10,7 +10,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from tracediag.model.units import fmt_ns
-from tracediag.report.labels import rank_list
+from tracediag.model.wording import rank_list
 from tracediag.tui import event_info
 from tracediag.tui.session import Session
 from tracediag.tui.timeline_state import TimelineState, TimelineTarget
@@ -52,7 +52,7 @@ class TimelineScreen(Screen):
         super().__init__()
         self.session = session
         self.target = target
-        self.state = TimelineState(session.timeline, session.track_ranks, target)
+        self.state = TimelineState(session.timeline, session.track_ranks, target, session.lanes)
         self.info_rows: list[tuple[str, str]] = []  # what the event panel shows
 
     def compose(self) -> ComposeResult:

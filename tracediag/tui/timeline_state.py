@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracediag.model import schema as S
+from tracediag.tui.lanes import LaneLayout
 from tracediag.tui.timeline_index import TimelineIndex
 
 #: The narrowest window (ns) zooming in reaches.
@@ -33,9 +34,19 @@ class TimelineTarget:
 class TimelineState:
     """The timeline's view and cursor. Times are aligned ns."""
 
-    def __init__(self, index: TimelineIndex, track_ranks: np.ndarray, target: TimelineTarget):
+    def __init__(
+        self,
+        index: TimelineIndex,
+        track_ranks: np.ndarray,
+        target: TimelineTarget,
+        layout: LaneLayout | None = None,
+    ):
         self.index = index
         self.track_ranks = track_ranks
+        n = len(track_ranks)
+        # without a layout: every track, in track order
+        self.shown = layout.shown if layout is not None else np.ones(n, dtype=bool)
+        self.position = layout.position if layout is not None else np.arange(n)
         self.title = target.title
         self.stall = target.stall
         self.focus_ranks = tuple(sorted(set(target.ranks)))
@@ -55,9 +66,11 @@ class TimelineState:
 
     # ---- lanes -----------------------------------------------------------------------------
     def _lanes_for(self, ranks) -> list[int]:
+        """The shown tracks of ``ranks`` in lane order (the same order on every rank)."""
         wanted = np.isin(self.track_ranks, np.asarray(ranks, dtype=self.track_ranks.dtype))
         counts = np.diff(self.index.track_ptr)
-        return np.flatnonzero(wanted & (counts > 0)).tolist()
+        tracks = np.flatnonzero(wanted & (counts > 0) & self.shown)
+        return tracks[np.argsort(self.position[tracks], kind="stable")].tolist()
 
     def _show_rank(self, rank: int) -> None:
         if rank not in self.ranks:
@@ -172,23 +185,27 @@ class TimelineState:
 
     # ---- the critical path -----------------------------------------------------------------
     def jump_path(self, delta: int) -> int:
-        """Move to the previous (-1) or next (+1) critical-path segment in time; returns its
-        chronological index (-1 when the path has none on a track)."""
+        """Move to the previous (-1) or next (+1) event of the critical path in time and select
+        it; returns the chronological index of its first segment (-1 when the path has none on
+        a track). Consecutive segments of one event (a collective's skew then its transfer, an
+        event's gap then its body) are one step, so every press moves the selection."""
         idx = self.index
         usable = np.flatnonzero(idx.seg_track >= 0)
         if not len(usable):
             return -1
+        ev = idx.seg_event[usable]
+        heads = usable[np.r_[True, ev[1:] != ev[:-1]]]
         if self.segment >= 0:
-            here = int(np.searchsorted(usable, self.segment))
-            found = here < len(usable) and usable[here] == self.segment
-            k = here + delta if found else (here if delta > 0 else here - 1)
+            here = int(np.searchsorted(heads, self.segment, side="right")) - 1
+            k = here + delta if here >= 0 else (0 if delta > 0 else -1)
         else:
             t = self.event_times(self.selected)[0] if self.selected >= 0 else self.t0
-            starts = idx.seg_start[usable]
-            # next: the first segment starting after the event; previous: the last at or before
+            starts = idx.seg_start[heads]
+            # next: the first event starting after the selected one; previous: the last at or
+            # before it
             k = int(np.searchsorted(starts, t, side="right")) - (0 if delta > 0 else 1)
-        k = min(max(k, 0), len(usable) - 1)
-        self._go_to_segment(int(usable[k]))
+        k = min(max(k, 0), len(heads) - 1)
+        self._go_to_segment(int(heads[k]))
         return self.segment
 
     def _go_to_segment(self, seg: int) -> None:

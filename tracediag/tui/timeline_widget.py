@@ -15,11 +15,14 @@ from textual.widget import Widget
 
 from tracediag.model import schema as S
 from tracediag.model.units import fmt_ns
+from tracediag.tui.lanes import fit_label
 from tracediag.tui.session import Session
 from tracediag.tui.timeline_index import LaneCells
 from tracediag.tui.timeline_state import TimelineState
 
-LABEL_WIDTH = 16
+#: The lane label column: as wide as the longest label of the lanes, within these bounds (the
+#: upper one a share of the screen, so the plot keeps most of a wide terminal).
+MIN_LABEL, MAX_LABEL_SHARE = 12, 0.3
 TICK_EVERY = 14  # columns between ruler labels
 BLOCKS = " ▁▂▃▄▅▆▇█"
 
@@ -75,8 +78,16 @@ class TimelineView(Widget, can_focus=True):
 
     # ---- layout ----------------------------------------------------------------------------
     @property
+    def label_width(self) -> int:
+        """Fits the longest lane label, up to ``MAX_LABEL_SHARE`` of the width."""
+        labels = self.session.lanes.labels
+        longest = max((len(labels[t]) for t in self.state.lanes), default=0) + 1
+        cap = max(MIN_LABEL, int(self.size.width * MAX_LABEL_SHARE))
+        return min(max(longest, MIN_LABEL), cap)
+
+    @property
     def plot_width(self) -> int:
-        return max(self.size.width - LABEL_WIDTH, 1)
+        return max(self.size.width - self.label_width, 1)
 
     def _scroll_to_lane(self) -> None:
         rows = max(self.size.height - 1, 1)
@@ -177,7 +188,7 @@ class TimelineView(Widget, can_focus=True):
         ruler = self.rich_style + self._style("ruler")
         stall = self._background("ruler-stall") + Style(bold=True)
         s0, s1 = self._stall_columns()
-        head = f"span {fmt_ns(self.state.span)}"[: LABEL_WIDTH - 1].ljust(LABEL_WIDTH)
+        head = fit_label(f"span {fmt_ns(self.state.span)}", self.label_width)
         segments = [Segment(head, ruler), Segment("".join(chars[:s0]), ruler)]
         segments += [Segment("".join(chars[s0:s1]), ruler + stall)]
         segments += [Segment("".join(chars[s1:]), ruler)]
@@ -188,8 +199,7 @@ class TimelineView(Widget, can_focus=True):
         track = st.lanes[lane]
         idx = self.session.timeline
         cells = self._cells(track)
-        label = f"r{self.session.track_ranks[track]} {self.session.track_names[track]}"
-        label = label[: LABEL_WIDTH - 1].ljust(LABEL_WIDTH)
+        label = fit_label(str(self.session.lanes.labels[track]), self.label_width)
         label_style = self.rich_style + self._style("label-current" if lane == st.lane else "label")
         w = self.plot_width
         drawn = cells.event >= 0
