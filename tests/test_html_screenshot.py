@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,11 +34,8 @@ def _mask(img: np.ndarray, hex_color: str, tol: int = 6) -> np.ndarray:
     return (np.abs(img - _rgb(hex_color)) <= tol).all(axis=2)
 
 
-@pytest.fixture(scope="module")
-def shot(diagnosed, tmp_path_factory):
-    """(report, screenshot pixels [y, x, rgb]) of the straggler run's HTML report."""
-    diagnosis = diagnosed("straggler")
-    out = tmp_path_factory.mktemp("html")
+def _screenshot(diagnosis, out: Path) -> np.ndarray:
+    """Pixels [y, x, rgb] of ``diagnosis``'s HTML report as headless Chromium draws it."""
     page, png = out / "report.html", out / "report.png"
     page.write_text(render(diagnosis, "html"))
     subprocess.run(
@@ -46,7 +44,14 @@ def shot(diagnosed, tmp_path_factory):
          f"--screenshot={png}", page.as_uri()],
         check=True, capture_output=True, timeout=120,
     )  # fmt: skip
-    img = np.asarray(PIL.open(png).convert("RGB"), dtype=np.int16)
+    return np.asarray(PIL.open(png).convert("RGB"), dtype=np.int16)
+
+
+@pytest.fixture(scope="module")
+def shot(diagnosed, tmp_path_factory):
+    """(report, screenshot pixels [y, x, rgb]) of the straggler run's HTML report."""
+    diagnosis = diagnosed("straggler")
+    img = _screenshot(diagnosis, tmp_path_factory.mktemp("html"))
     assert img.shape[:2] == (HEIGHT, WIDTH)
     return diagnosis.to_dict(), img
 
@@ -99,23 +104,12 @@ def _bands(mask: np.ndarray) -> list[tuple[int, int]]:
 @pytest.fixture(scope="module")
 def gloo_shot(tmp_path_factory):
     """(diagnosis, pixels) of the real 4-rank gloo straggler job's report (rank 2 sleeps)."""
-    from pathlib import Path
-
     from tracediag.engine.diagnose import diagnose
     from tracediag.loading.loader import load
 
     root = Path(__file__).resolve().parents[1]
     diagnosis = diagnose(load([root / "tests" / "data" / "real_gloo" / "straggler_sleep"]))
-    out = tmp_path_factory.mktemp("gloo")
-    page, png = out / "report.html", out / "report.png"
-    page.write_text(render(diagnosis, "html"))
-    subprocess.run(
-        [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-         "--force-device-scale-factor=1", f"--window-size={WIDTH},{HEIGHT}",
-         f"--screenshot={png}", page.as_uri()],
-        check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
-    return diagnosis, np.asarray(PIL.open(png).convert("RGB"), dtype=np.int16)
+    return diagnosis, _screenshot(diagnosis, tmp_path_factory.mktemp("gloo"))
 
 
 def _row_of_band(img: np.ndarray, band: tuple[int, int], x_cells: int, row_h: int) -> int:
