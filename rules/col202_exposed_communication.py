@@ -84,7 +84,8 @@ class ExposedCommunication(Rule):
             t_ns = float(ctx.graph.dur[ctx.nodes_of(body[S.EVENT].to_numpy())].sum())
             algbw = nbytes / t_ns * 1e9 if t_ns > 0 and nbytes > 0 else float("nan")
             n = int(sizes.reindex(grp["coll_key"]).median())
-            group = _listed_size(body)
+            # Without a listed group, the job's world size (a rank's trace may state it) bounds it.
+            group = _listed_size(body) or _world_size(ctx, int(rank))
             hwp = ctx.hardware.get(int(rank))
             link = hwp.link_bw if hwp is not None else float("nan")
             severity = severity_by_saving(ctx.pct(saving), opts, self.severity)
@@ -142,6 +143,12 @@ def _listed_size(body: pd.DataFrame) -> int:
 
 
 _MEMBERS = re.compile(r"-?\d+(?:,-?\d+)*")
+
+
+def _world_size(ctx, rank: int) -> int:
+    """The job's world size as ``rank``'s trace states it (Kineto ``distributedInfo``); 0 if none."""
+    size = str(ctx.trace.meta[rank].info.get("world_size", ""))
+    return int(size) if size.isdigit() else 0
 
 
 def _overlap_change(ctx, grp: pd.DataFrame) -> WhatIf:

@@ -64,6 +64,8 @@ def test_json_is_exactly_the_report(probed):
         "error": 0,
         "total_saving_ns_upper_bound": 150,
         "total_saving_ns_joint": None,  # the probe rules pass no change= to ctx.finding
+        "joint_findings": 1,  # the joint replay is of the findings at warning or above
+        "joint_sum_ns": 150,
     }
 
 

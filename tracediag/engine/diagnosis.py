@@ -146,6 +146,8 @@ class Diagnosis:
                 # (two rules fixing one stall count it twice). The joint replay is the bound.
                 "total_saving_ns_upper_bound": int(sum(f.saving_ns for f in self.findings)),
                 "total_saving_ns_joint": self.joint_saving_ns,
+                "joint_findings": len(self._headline),
+                "joint_sum_ns": int(sum(f.saving_ns for f in self._headline)),
             },
             "config": {
                 "source": self.config.source,
@@ -164,12 +166,20 @@ class Diagnosis:
             f"{len(self.trace.ranks)} ranks>"
         )
 
+    @property
+    def _headline(self) -> list[Finding]:
+        """The findings the joint saving is of: those at warning or above. Info findings are
+        context and noise-level candidates (every rank at its peers' pace on a clean job): made
+        all at once they would promise time no fix of a real problem gives."""
+        return self.at_or_above(Severity.WARNING)
+
     @cached_property
     def joint_saving_ns(self) -> int | None:
-        """ns the step would be shorter with every finding's change made at once, by ONE replay
-        of all their what-ifs together (a node two findings change keeps the larger cut); None
-        when a finding with a saving recorded no change (see ``Analysis.finding(change=)``)."""
-        return self.analysis.joint_saving(self.findings)
+        """ns the step would be shorter with the changes of every finding at warning or above
+        made at once, by ONE replay of all their what-ifs together (a node two findings change
+        keeps the larger cut); None when one of them with a saving recorded no change (see
+        ``Analysis.finding(change=)``)."""
+        return self.analysis.joint_saving(self._headline)
 
     @property
     def step_time_ns(self) -> int:

@@ -28,13 +28,17 @@ def total_saving(summary: dict) -> tuple[str, str, str]:
     change where the report has one (``total_saving_ns_joint``), else, for reports saved before
     it existed, the sum of the savings (which counts overlapping causes more than once)."""
     joint = summary.get("total_saving_ns_joint")
-    added = summary.get("total_saving_ns_upper_bound", 0)
-    if joint is None:
+    if joint is None or "joint_findings" not in summary:
+        added = summary.get("total_saving_ns_upper_bound", 0)
         return "Sum of the savings", fmt_ns(added), "savings overlap; each is measured alone"
+    n, added = summary["joint_findings"], summary["joint_sum_ns"]
+    if not n:
+        return "No finding at warning or above", "nothing to total", "info findings are not added up"
     note = "by one replay of all their changes"
     if added != joint:
         note += f"; their savings, each measured alone, add up to {fmt_ns(added)}"
-    return "Fixing all of them together", f"{fmt_ns(joint)} shorter", note
+    label = "Fixing it" if n == 1 else f"Fixing the {n} findings at warning or above together"
+    return label, f"{fmt_ns(joint)} shorter", note
 
 
 def layout_label(layout: dict) -> str:
