@@ -33,7 +33,11 @@ def total_saving(summary: dict) -> tuple[str, str, str]:
         return "Sum of the savings", fmt_ns(added), "savings overlap; each is measured alone"
     n, added = summary["joint_findings"], summary["joint_sum_ns"]
     if not n:
-        return "No finding at warning or above", "nothing to total", "info findings are not added up"
+        return (
+            "No finding at warning or above",
+            "nothing to total",
+            "info findings are not added up",
+        )
     note = "by one replay of all their changes"
     if added != joint:
         note += f"; their savings, each measured alone, add up to {fmt_ns(added)}"
