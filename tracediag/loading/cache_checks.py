@@ -57,13 +57,34 @@ def _check_trace(trace: S.Trace) -> None:
     _check_rows(trace.edges[S.SRC].to_numpy(), len(ev), "edge sources")
     _check_rows(trace.edges[S.DST].to_numpy(), len(ev), "edge targets")
     _check_rows(trace.collectives[S.EVENT].to_numpy(), len(ev), "collective events")
-    if not _ranks(ev[S.RANK].to_numpy()) <= set(trace.meta):
+    if not _ranks_have_meta(ev[S.RANK].to_numpy(), set(trace.meta)):
         raise ManifestError("events of ranks without meta")
 
 
 def _check_rows(rows: np.ndarray, n: int, what: str) -> None:
-    if len(rows) and (rows.min() < 0 or rows.max() >= n):
+    # One pass: seen unsigned, a negative row is huge, so the largest is below n only when
+    # every row is in [0, n).
+    if len(rows) and _unsigned(rows).max() >= n:
         raise ManifestError(f"{what} out of range")
+
+
+def _unsigned(values: np.ndarray) -> np.ndarray:
+    """The same memory read as unsigned integers of its width (no copy) where it holds signed
+    ones; other dtypes as they are."""
+    if values.dtype.kind == "i":
+        return values.view(values.dtype.str.replace("i", "u"))
+    return values
+
+
+def _ranks_have_meta(ranks: np.ndarray, meta: set[int]) -> bool:
+    """Every rank of the events has meta: two reductions when the meta covers every rank
+    between the lowest and the highest (the usual numbering), else the distinct ranks."""
+    if not len(ranks):
+        return True
+    lo, hi = int(ranks.min()), int(ranks.max())
+    if hi - lo < 1_000_000 and all(r in meta for r in range(lo, hi + 1)):
+        return True
+    return _ranks(ranks) <= meta
 
 
 def _ranks(ranks: np.ndarray) -> set[int]:
