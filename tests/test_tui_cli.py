@@ -74,3 +74,18 @@ def test_the_cli_loads_no_textual_until_the_tui_runs():
 def test_tui_usage_errors_are_one_line(capsys):
     assert cli.main(["tui", STRAGGLER, "--select", "NOPE9"]) == 2
     assert capsys.readouterr().err.startswith("tracediag: error: --select: NOPE9 matches no rule")
+
+
+def test_tui_takes_the_layout_like_report(tmp_path, monkeypatch):
+    """``tui --layout`` sets the layout as ``report --layout`` does (an incomplete set of ranks
+    cannot be inferred right: the user says it)."""
+    from tracediag.cli.common import resolve_config
+    from tracediag.cli.main import build_parser
+
+    monkeypatch.chdir(tmp_path)  # no configuration file found upward
+    args = build_parser().parse_args(["tui", "x", "--layout", "dp=2,tp=4"])
+    assert (
+        resolve_config(args).layout
+        == build_parser().parse_args(["report", "x", "--layout", "dp=2,tp=4"]).layout
+    )
+    assert resolve_config(args).layout["tp"] == 4

@@ -12,7 +12,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from tracediag.cli.common import add_reading_options, codes, reading_options, resolve_config
+from tracediag.cli.common import (
+    add_reading_options,
+    codes,
+    layout_sizes,
+    reading_options,
+    resolve_config,
+)
 from tracediag.model.errors import UsageError
 
 
@@ -39,6 +45,12 @@ def add_parser(commands) -> None:
     sel.add_argument("--select", type=codes, metavar="CODES", help="run only these rules")
     sel.add_argument("--extend-select", type=codes, metavar="CODES", help="run these as well")
     sel.add_argument("--ignore", type=codes, metavar="CODES", help="do not run these rules")
+    p.add_argument(
+        "--layout",
+        type=layout_sizes,
+        metavar="SIZES",
+        help="the parallel layout, e.g. dp=4,tp=8,pp=4, instead of inferring it (as for report)",
+    )
     p.add_argument("--no-align", action="store_true", help="keep each rank's clock as recorded")
     add_reading_options(p)
     p.set_defaults(run=run)
