@@ -24,9 +24,10 @@ def severity_counts(summary: dict) -> str:
 
 
 def total_saving(summary: dict) -> tuple[str, str, str]:
-    """(label, value, note) for the summary's total saving: the joint replay of every finding's
-    change where the report has one (``total_saving_ns_joint``), else, for reports saved before
-    it existed, the sum of the savings (which counts overlapping causes more than once)."""
+    """(label, value, note) for the summary's total saving: the joint replay of the changes of
+    the findings at warning or above where the report has one (``total_saving_ns_joint``), else,
+    for reports saved before it existed, the sum of the savings (which counts overlapping causes
+    more than once)."""
     joint = summary.get("total_saving_ns_joint")
     if joint is None or "joint_findings" not in summary:
         added = summary.get("total_saving_ns_upper_bound", 0)
@@ -38,11 +39,12 @@ def total_saving(summary: dict) -> tuple[str, str, str]:
             "nothing to total",
             "info findings are not added up",
         )
+    if n == 1:
+        return "Fixing the finding at warning or above", f"{fmt_ns(joint)} shorter", "by replay"
     note = "by one replay of all their changes"
     if added != joint:
         note += f"; their savings, each measured alone, add up to {fmt_ns(added)}"
-    label = "Fixing it" if n == 1 else f"Fixing the {n} findings at warning or above together"
-    return label, f"{fmt_ns(joint)} shorter", note
+    return f"Fixing the {n} findings at warning or above together", f"{fmt_ns(joint)} shorter", note
 
 
 def layout_label(layout: dict) -> str:
