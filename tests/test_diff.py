@@ -3,6 +3,8 @@ the statistics behind them (reference values from SciPy 1.17)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import orjson
 import pytest
@@ -126,7 +128,9 @@ def test_renderers(reports, truths):
     text = render_diff_text(result)
     step_a, step_b = truths("clean0")["step_time_ns"], truths("slow_dma")["step_time_ns"]
     change = f"+{fmt_ns(step_b - step_a)}  +{100 * (step_b - step_a) / step_a:.1f}%"
-    assert f"  step time  {fmt_ns(step_a)}  {fmt_ns(step_b)}  {change}" in text
+    # the label column is as wide as the slower-rank row below it
+    a_b = f"{re.escape(fmt_ns(step_a))} +{re.escape(fmt_ns(step_b))}"
+    assert re.search(rf"\n  step time +{a_b}  {re.escape(change)}", text)
     assert "layer_1.weight  1.333 µs  3.299 µs  +147.5%     +2.265 ms  <1e-4          yes" in text
     md = render_diff_markdown(result)
     assert md.startswith("## tracediag diff\n")
@@ -149,8 +153,59 @@ def test_diff_command_on_traces_and_saved_reports(cli, run_dirs, tmp_path):
     assert code == 0 and "correlation of mean durations (r)" in out
 
 
+def test_diff_command_names_the_straggler_and_the_changed_findings(cli, run_dirs, reports, truths):
+    code, out, _ = cli("diff", run_dirs["clean0"], run_dirs["straggler"], "--format", "json", "-q")
+    assert code == 0
+    data = orjson.loads(out)
+    # every rank's step grows alike (rank 0 waits for rank 1); the straggler is the one whose
+    # own work (compute and memory) grew, here by the generator's injected saving
+    [fault] = truths("straggler")["faults"]
+    slower = data["slower_rank"]
+    assert [slower["rank"]] == fault["ranks"] == [1]
+    assert slower["work_change_ns"] == pytest.approx(fault["saving_ns"], rel=0.01)
+    assert slower["b_ns"] - slower["a_ns"] == data["step"]["change_ns"]
+    # findings matched by fingerprint: the straggler's COL201 on rank 1 is new in B
+    found = data["findings"]
+    assert [(f["code"], f["ranks"]) for f in found["added"]][0] == ("COL201", [1])
+    assert found["added"][0]["saving_ns"] == pytest.approx(fault["saving_ns"], rel=0.01)
+    codes_a = [f["code"] for f in reports("clean0")["findings"]]
+    codes_b = [f["code"] for f in reports("straggler")["findings"]]
+    assert len(codes_b) - len(found["added"]) == len(codes_a) - len(found["removed"])
+    assert found["unchanged"] == len(codes_b) - len(found["added"])
+    assert "COL201" not in [f["code"] for f in found["removed"]]
+    # the layers grow >10% yet q = 1: two ranks are two samples a side, and a note says so
+    layers = {r["layer"]: r for r in data["layers"]}
+    assert layers["layer_1"]["change_pct"] > 10 and layers["layer_1"]["q_value"] > 0.05
+    n_layers = len(data["layers"])
+    assert data["notes"][0].startswith(
+        f"layers (one sample per rank): {n_layers} of {n_layers} rows have under 5 samples a "
+        "side (as few as 2), too few for Welch's test to give q < 0.05"
+    )
+    text = cli("diff", run_dirs["clean0"], run_dirs["straggler"], "-q", "--top", "3")[1]
+    assert re.search(
+        r"\n  rank 1 own work \(grew most\) +6.47\d ms +7.9\d\d ms +\+1.4\d\d ms", text
+    )
+    assert re.search(r"\n  added +COL201 +error +1 ", text)
+    added, removed, both = len(found["added"]), len(found["removed"]), found["unchanged"]
+    assert (
+        f"findings (by fingerprint): {added} added in B, {removed} removed from A, {both} in both"
+        in text
+    )
+    assert "\nnote: layers (one sample per rank): " in text
+    # a rerun: no rank's work grew beyond noise, and no straggler finding appears
+    rerun = diff_reports(reports("clean0"), reports("clean1"))
+    assert rerun["slower_rank"] is None
+    assert "COL201" not in [f["code"] for f in rerun["findings"]["added"]]
+
+
 def test_diff_usage_errors(cli, probes):
-    assert cli("diff", "a")[2] == "tracediag: error: diff takes two runs, A and B (1 given)\n"
+    required = (
+        "tracediag: error: the following arguments are required: B (see 'tracediag diff --help')\n"
+    )
+    assert cli("diff", "a")[2] == required
+    assert cli("diff", "a", "b", "c")[2].startswith("tracediag: error: unrecognized arguments: c")
+    code, out, _ = cli("diff", "--help")
+    assert code == 0 and "\n                      A B\n" in out and "PATH" not in out
     assert cli("diff", "a", "b", "--top", "-1")[2] == "tracediag: error: --top must be 0 or more\n"
 
 

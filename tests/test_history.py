@@ -20,6 +20,7 @@ from tracediag.model.errors import UsageError
 # the shared fixtures (see tests/gate_runs.py)
 cli = gate_runs.cli
 reports = gate_runs.reports
+truths = gate_runs.truths
 run_dirs = gate_runs.run_dirs
 
 
@@ -83,7 +84,10 @@ def test_check_record_then_trend_command(cli, run_dirs, reports, tmp_path):
         record(db, _with_step(reports("clean0"), s))
     code, out, _ = cli("trend", db, "--metric", "step-time-ns")
     assert code == 0
-    assert out.splitlines()[0] == "15 runs; change points at p < 0.01 (permutation test)"
+    assert out.splitlines()[0] == (
+        "15 runs; change points at p < 0.01 "
+        "(largest Welch t over splits, against simulated Gaussian noise)"
+    )
     assert re.search(
         r"change at run 10: 6.68\d ms -> 7.72 ms \(\+15.\d%\), regression, p = 0.00\d\n", out
     )
@@ -97,6 +101,44 @@ def test_check_record_then_trend_command(cli, run_dirs, reports, tmp_path):
     assert data["metrics"][0]["change_points"][0]["run_id"] == 10
     code, out, _ = cli("trend", db, "--format", "markdown", "--metric", "step-time-ns")
     assert "| step-time-ns | " in out and "change at run 10" in out
+
+
+def test_trend_flags_four_straggler_runs_after_four_clean_ones(cli, run_dirs, truths, tmp_path):
+    # 4 reruns of a clean build, then 4 of a build with a straggler rank (+21% step time): a
+    # permutation test cannot go below p = 2 / C(8, 4) = 0.029 with 8 runs, this test can
+    db = tmp_path / "h.db"
+    names = ["clean0", "clean1", "clean2", "clean3"] + ["straggler"] * 4
+    for i, name in enumerate(names, start=1):
+        code, _, _ = cli("check", run_dirs[name], "--record", db, "--label", f"ci-{i}", "-q")
+        assert code in (0, 1)  # the straggler's findings may fail the gate; it is recorded
+    code, out, _ = cli("trend", db, "--metric", "step-time-ns", "--format", "json")
+    assert code == 0
+    [cp] = orjson.loads(out)["metrics"][0]["change_points"]
+    clean = np.mean([truths(n)["step_time_ns"] for n in names[:4]])
+    slow = truths("straggler")["step_time_ns"]
+    assert (cp["run_id"], cp["label"], cp["regression"]) == (5, "ci-5", True)
+    assert cp["p_value"] == 0.001  # the smallest the test gives: no simulated noise comes close
+    assert cp["before_mean"] == pytest.approx(clean, abs=1)
+    assert cp["after_mean"] == pytest.approx(slow, abs=1)
+    assert cp["change_pct"] == pytest.approx(100 * (slow - clean) / clean, abs=0.01)
+    code, out, err = cli("trend", db, "--fail-on-change")
+    assert code == 1 and err.startswith("tracediag: regression in step-time-ns")
+    step_line = next(line for line in out.splitlines() if "change at" in line)
+    assert re.search(
+        r"change at ci-5 \(run 5\): 6.70\d ms -> 8.128 ms \(\+21.\d%\), regression", out
+    )
+    assert step_line.endswith("p = 0.001")
+    # 5 runs cannot hold 3 on each side of a change: it says so instead of a flat trend
+    code, out, _ = cli("trend", db, "--last", "5", "--metric", "step-time-ns")
+    assert code == 0 and "change at" not in out
+    assert out.splitlines()[1] == "too few runs for p < 0.01: a change point needs at least 6 runs"
+    code, out, _ = cli("trend", db, "--last", "5", "--format", "json")
+    data = orjson.loads(out)
+    assert data["runs_needed"] == 6 and not any(m["reachable"] for m in data["metrics"])
+    md = cli("trend", db, "--last", "5", "--format", "markdown")[1]
+    assert "**too few runs for p < 0.01: a change point needs at least 6 runs.**" in md
+    out = cli("trend", db, "--alpha", "0.0005")[1]
+    assert "p < 0.0005 is unreachable: the test's smallest p-value is 0.001" in out
 
 
 def test_migrations_create_upgrade_and_refuse(tmp_path, monkeypatch):

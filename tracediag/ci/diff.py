@@ -4,7 +4,8 @@ Both read JSON reports only (fresh or saved): step time, critical-path categorie
 per-layer and per-operator duration tables of ``report["durations"]``. Changes of layers and
 operators come with Welch's t-test from their summary statistics and Benjamini-Hochberg
 q-values over each table (many operators are compared at once); step time is tested over
-the ranks' step times.
+the ranks' step times. Findings are matched by fingerprint (added in B, gone from A), and the
+rank whose step time grew most is named.
 """
 
 from __future__ import annotations
@@ -13,9 +14,14 @@ import numpy as np
 
 from tracediag.ci.statistics import bh_qvalues, pearson, welch
 from tracediag.graph.critical_path import CATEGORIES
+from tracediag.model.fingerprints import fingerprints
 
 #: A change is significant when its q-value (false discovery rate) is below this.
 ALPHA = 0.05
+
+#: Below this many samples a side, Welch's test has too little power for a small q-value
+#: (with 2 a side, one to two degrees of freedom, |t| must pass 4.3 to 12.7 for p < 0.05).
+FEW_SAMPLES = 5
 
 
 def _rel(a: float, b: float) -> float | None:
@@ -39,6 +45,82 @@ def _step_row(a: dict, b: dict) -> dict:
         else None
     )
     return {"a_ns": la, "b_ns": lb, "change_ns": lb - la, "change_pct": _rel(la, lb), "p_value": p}
+
+
+#: The shares of a rank's step that are its own work; communication and idle time also grow
+#: on a rank that waits for a slower one, so they would not tell the two apart.
+WORK_SHARES = ("compute", "memory")
+
+#: A rank is named slower only when its own work grew by more than this (reruns differ by
+#: well under it).
+RANK_GROWTH_PCT = 1.0
+
+
+def _work_ns(rank: dict) -> float:
+    """A rank's own work in its step (ns): its compute and memory shares, or the whole step
+    when the report has no breakdown."""
+    pct = rank.get("breakdown_pct") or {}
+    if not pct:
+        return float(rank["step_time_ns"])
+    return rank["step_time_ns"] * sum(pct.get(k, 0.0) for k in WORK_SHARES) / 100.0
+
+
+def _slower_rank(a: dict, b: dict) -> dict | None:
+    """The rank (present in both runs) whose own work grew most, with its step and work time
+    in A and B; None when no rank is in both or none grew by over ``RANK_GROWTH_PCT``. Every rank's step time
+    grows alike when one straggles (the others wait for it), so step time cannot name it."""
+    in_a = {r["rank"]: r for r in a["ranks"] if "rank" in r}
+    pairs = [(in_a[r["rank"]], r) for r in b["ranks"] if r.get("rank") in in_a]
+    if not pairs:
+        return None
+    growth = [_work_ns(rb) - _work_ns(ra) for ra, rb in pairs]
+    best = int(np.argmax(growth))
+    ra, rb = pairs[best]
+    wa, wb = _work_ns(ra), _work_ns(rb)
+    if wb - wa <= wa * RANK_GROWTH_PCT / 100.0:
+        return None
+    return {
+        "rank": rb["rank"],
+        "a_ns": ra["step_time_ns"],
+        "b_ns": rb["step_time_ns"],
+        "work_a_ns": round(wa),
+        "work_b_ns": round(wb),
+        "work_change_ns": round(wb - wa),
+        "work_change_pct": _rel(wa, wb),
+    }
+
+
+def _findings(a: dict, b: dict) -> dict:
+    """Findings of B not in A (``added``) and of A not in B (``removed``), by fingerprint."""
+
+    def keyed(report):
+        found = report.get("findings", [])
+        return dict(zip(fingerprints(found), found, strict=True))
+
+    fa, fb = keyed(a), keyed(b)
+
+    def row(fp, f):
+        keep = ("code", "severity", "title", "ranks", "layer", "op", "saving_ns")
+        return {"fingerprint": fp, **{k: f.get(k) for k in keep}}
+
+    return {
+        "added": [row(fp, f) for fp, f in fb.items() if fp not in fa],
+        "removed": [row(fp, f) for fp, f in fa.items() if fp not in fb],
+        "unchanged": sum(fp in fa for fp in fb),
+    }
+
+
+def _power_note(rows: list[dict], what: str) -> str | None:
+    """A note when rows of a table have too few samples a side for a small q-value."""
+    tested = [min(r["a_count"], r["b_count"]) for r in rows if r["p_value"] is not None]
+    few = [n for n in tested if n < FEW_SAMPLES]
+    if not few:
+        return None
+    return (
+        f"{what}: {len(few)} of {len(tested)} rows have under {FEW_SAMPLES} samples a side "
+        f"(as few as {min(few)}), too few for Welch's test to give q < {ALPHA} unless the "
+        "change is many times the spread; a large q there is no evidence of no change"
+    )
 
 
 def _categories(a: dict, b: dict) -> list[dict]:
@@ -92,18 +174,26 @@ def _table(rows_a: list[dict], rows_b: list[dict], key: str, top: int | None) ->
 
 
 def diff_reports(a: dict, b: dict, *, top: int | None = 20) -> dict:
-    """B against A: ``step``, ``categories``, ``layers`` and ``ops`` (largest total change
-    first, ``top`` rows each), every row with A, B, the change and its significance."""
+    """B against A: ``step``, ``slower_rank``, ``categories``, ``findings`` (added, removed),
+    ``layers`` and ``ops`` (largest total change first, ``top`` rows each, every row with A, B,
+    the change and its significance) and ``notes`` (tables with too few samples for a small q;
+    layers have one sample per rank)."""
     da, db = a.get("durations", {}), b.get("durations", {})
+    layers = _table(da.get("by_layer", []), db.get("by_layer", []), "layer", None)
+    ops = _table(da.get("by_op", []), db.get("by_op", []), "op", None)
+    notes = [_power_note(layers, "layers (one sample per rank)"), _power_note(ops, "operators")]
     return {
         "kind": "diff",
         "a": [i["path"] for i in a.get("inputs", [])],
         "b": [i["path"] for i in b.get("inputs", [])],
         "alpha": ALPHA,
         "step": _step_row(a, b),
+        "slower_rank": _slower_rank(a, b),
         "categories": _categories(a, b),
-        "layers": _table(da.get("by_layer", []), db.get("by_layer", []), "layer", top),
-        "ops": _table(da.get("by_op", []), db.get("by_op", []), "op", top),
+        "findings": _findings(a, b),
+        "layers": layers[:top] if top else layers,
+        "ops": ops[:top] if top else ops,
+        "notes": [n for n in notes if n],
     }
 
 

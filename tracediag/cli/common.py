@@ -24,16 +24,20 @@ def codes(text: str) -> list[str]:
     return [c.strip().upper() for c in text.split(",") if c.strip()]
 
 
-def add_diagnosis_options(parser: argparse.ArgumentParser, paths_required: bool = True) -> None:
+def add_diagnosis_options(
+    parser: argparse.ArgumentParser, paths_required: bool = True, paths: bool = True
+) -> None:
     """Inputs, configuration, rule selection, alignment, output and verbosity. Without
-    ``paths_required`` the command checks for paths itself (see :func:`check_summary_options`)."""
-    parser.add_argument(
-        "paths",
-        nargs="+" if paths_required else "*",
-        metavar="PATH",
-        help="trace files or directories (a Neuron profile directory, per-rank files, a folder "
-        "of them)" + ("" if paths_required else "; none needed with --show-settings"),
-    )
+    ``paths_required`` the command checks for paths itself (see :func:`check_summary_options`);
+    without ``paths`` the command declares its own positional inputs."""
+    if paths:
+        parser.add_argument(
+            "paths",
+            nargs="+" if paths_required else "*",
+            metavar="PATH",
+            help="trace files or directories (a Neuron profile directory, per-rank files, a "
+            "folder of them)" + ("" if paths_required else "; none needed with --show-settings"),
+        )
     parser.add_argument(
         "--config",
         type=Path,

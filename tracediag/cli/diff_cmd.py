@@ -21,11 +21,19 @@ def add_parser(commands) -> None:
         description="Compare run B with run A (each a trace file, a directory holding one job's "
         "per-rank profiles, or a saved JSON report): step time, critical-path categories, "
         "per-layer and per-operator durations with the change and its significance (Welch's "
-        "t-test, Benjamini-Hochberg q-values). With --predicted, B is a simulator's or "
+        "t-test, Benjamini-Hochberg q-values), the rank whose step time grew most, and the findings B "
+        "adds and A loses (matched by fingerprint). With --predicted, B is a simulator's or "
         "emulator's trace of the same program: per-operator error, correlation, the operators "
         "furthest off.",
     )
-    add_diagnosis_options(p)
+    for name, role in (("a", "A, the reference"), ("b", "B, compared with A")):
+        p.add_argument(
+            name,
+            metavar=name.upper(),
+            help=f"run {role}: a trace file, a directory of one job's profiles, or a saved "
+            "JSON report",
+        )
+    add_diagnosis_options(p, paths=False)
     p.add_argument(
         "--format", choices=FORMATS, default="text", help="output format (default: text)"
     )
@@ -43,12 +51,10 @@ def run(args: argparse.Namespace) -> int:
     from tracediag.ci.diff import correlate, diff_reports
     from tracediag.report.diff_render import render_diff_markdown, render_diff_text
 
-    if len(args.paths) != 2:
-        raise UsageError(f"diff takes two runs, A and B ({len(args.paths)} given)")
     if args.top < 0:
         raise UsageError("--top must be 0 or more")
     config = resolve_config(args)
-    a, b = (report_of(path, args, config) for path in args.paths)
+    a, b = (report_of(path, args, config) for path in (args.a, args.b))
     top = args.top or None
     result = correlate(a, b, top=top) if args.predicted else diff_reports(a, b, top=top)
     if args.format == "json":

@@ -20,8 +20,9 @@ def add_parser(commands) -> None:
         "trend",
         help="metrics over the runs recorded with 'check --record', with change points",
         description="Show each metric over the runs of a history database (written by "
-        "'check --record DB') and flag change points: shifts a permutation test finds "
-        "significant against the series' own noise (binary segmentation).",
+        "'check --record DB') and flag change points: shifts that stand out from the "
+        "series' own noise (binary segmentation; the largest Welch t over splits, tested "
+        "against simulated Gaussian noise), named by the run's --label.",
     )
     p.add_argument("db", metavar="DB", help="history database: a path or sqlite:/// URL")
     p.add_argument(

@@ -53,6 +53,11 @@ def _tables(result: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     s = result["step"]
     step = [["step time", _ns(s["a_ns"]), _ns(s["b_ns"]), _signed_ns(s["change_ns"]),
              _pct(s["change_pct"]), _p(s["p_value"])]]  # fmt: skip
+    slower = result.get("slower_rank")
+    if slower:
+        step.append([f"rank {slower['rank']} own work (grew most)", _ns(slower["work_a_ns"]),
+                     _ns(slower["work_b_ns"]), _signed_ns(slower["work_change_ns"]),
+                     _pct(slower["work_change_pct"]), ""])  # fmt: skip
     cats = [
         [c["category"], f"{_ns(c['a_ns'])} ({c['a_pct']:.1f}%)",
          f"{_ns(c['b_ns'])} ({c['b_pct']:.1f}%)", _signed_ns(c["change_ns"])]
@@ -62,6 +67,16 @@ def _tables(result: dict) -> list[tuple[str, list[str], list[list[str]]]]:
         ("Step", ["", "A", "B", "change", "", "p (ranks)"], step),
         ("Critical path by category", ["category", "A", "B", "change"], cats),
     ]
+    found = result.get("findings", {})
+    changed = [
+        [status, f["code"], f["severity"], ", ".join(map(str, f["ranks"] or [])) or "-",
+         f["layer"] or "-", f["op"] or "-", _ns(f["saving_ns"]), f["title"] or ""]
+        for status, key in (("added", "added"), ("removed", "removed"))
+        for f in found.get(key, [])
+    ]  # fmt: skip
+    if changed:
+        header = ["finding", "code", "severity", "ranks", "layer", "op", "saving", "title"]
+        tables.append(("Findings added in B, removed from A", header, changed))
     for key, title in (
         ("layers", "Layers (mean per rank)"),
         ("ops", "Operators (mean per instance)"),
@@ -97,11 +112,19 @@ def render_diff_text(result: dict) -> str:
             ]
             lines.append("  " + "  ".join(cells).rstrip())
     if result["kind"] == "diff":
-        lines += [
-            "",
-            f"significant: Benjamini-Hochberg q < {result['alpha']} (Welch's t-test per row)",
-        ]
+        lines += ["", _findings_summary(result)]
+        lines += [f"significant: Benjamini-Hochberg q < {result['alpha']} (Welch's t-test per row)"]
+        lines += [f"note: {n}" for n in result.get("notes", [])]
     return "\n".join(lines) + "\n"
+
+
+def _findings_summary(result: dict) -> str:
+    """One line: how many findings B added, A lost and both share (matched by fingerprint)."""
+    f = result.get("findings", {})
+    return (
+        f"findings (by fingerprint): {len(f.get('added', []))} added in B, "
+        f"{len(f.get('removed', []))} removed from A, {f.get('unchanged', 0)} in both"
+    )
 
 
 def render_diff_markdown(result: dict) -> str:
@@ -116,4 +139,7 @@ def render_diff_markdown(result: dict) -> str:
         lines += ["", f"### {name}", "", "| " + " | ".join(header) + " |",
                   "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]  # fmt: skip
         lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    if result["kind"] == "diff":
+        lines += ["", _findings_summary(result) + "."]
+        lines += [f"- note: {n}" for n in result.get("notes", [])]
     return "\n".join(lines) + "\n"

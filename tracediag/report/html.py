@@ -216,6 +216,7 @@ def _trend(trend: dict | None) -> str:
     if not trend:
         return ""
     from tracediag.ci.metrics import CATALOG, format_value
+    from tracediag.report.trend_render import run_name
 
     out = ["<h2>Trend</h2>"]
     for m in trend["metrics"]:
@@ -235,7 +236,7 @@ def _trend(trend: dict | None) -> str:
         for cp in m["change_points"]:
             word = "regression" if cp["regression"] else "improvement"
             out.append(
-                f'<p class="muted">change at run {cp["run_id"]}: '
+                f'<p class="muted">change at {escape(run_name(cp))}: '
                 f"{escape(format_value(metric, cp['before_mean']))} to "
                 f"{escape(format_value(metric, cp['after_mean']))} ({word}, p = {cp['p_value']:.3g})</p>"
             )
