@@ -235,10 +235,7 @@ def analyse(
     own, gapc = node_categories(graph, trace)
     announce(PATH_STAGE)
     path = walk(graph, trace, (own, gapc))
-    hardware = {
-        r: hw.resolve(m.hardware, m.format, hardware_overrides, m.info)
-        for r, m in trace.meta.items()
-    }
+    hardware = hw.resolve_ranks(trace, hardware_overrides)
     window_ns = step_times(graph)
     step_ns, steps = typical_steps(trace, window_ns)
     return Analysis(

@@ -226,3 +226,9 @@ def credible_peak(peak: float | None, *observed: float) -> float:
         return float("nan")
     seen = [float(x) for x in observed if x is not None and x == x]
     return float(peak) if all(x <= peak * (1 + 1e-9) for x in seen) else float("nan")
+
+
+def resolve_ranks(trace, overrides: dict | None = None) -> dict[int, Hardware | None]:
+    """Per rank of ``trace``: its peaks (:func:`resolve` with the rank's Metadata constants),
+    as the analysis and ``tracediag bounds`` both use them."""
+    return {r: resolve(m.hardware, m.format, overrides, m.info) for r, m in trace.meta.items()}

@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracediag.cli.common import MAX_WIDTH, add_reading_options, emit, reading_options, say
+from tracediag.cli.common import MAX_WIDTH, add_reading_options, emit, load_paths, say
 from tracediag.model.errors import UsageError
 from tracediag.model.wording import plural
 
@@ -89,19 +89,11 @@ def run(args: argparse.Namespace) -> int:
     from tracediag.analysis import hardware as hw
     from tracediag.analysis.bounds import bounds_records, bounds_table
     from tracediag.engine.config import load_config
-    from tracediag.loading.loader import load, stderr_progress
 
     config = load_config(args.config)
-    trace = load(
-        args.paths,
-        align=config.align and not args.no_align,
-        progress=None if args.quiet else stderr_progress,
-        **reading_options(args),
-    )
+    trace = load_paths(args, config)
     try:
-        peaks = {
-            r: hw.resolve(m.hardware, m.format, config.hardware) for r, m in trace.meta.items()
-        }
+        peaks = hw.resolve_ranks(trace, config.hardware)
     except ValueError as exc:  # an unknown [hardware] profile or setting
         raise UsageError(str(exc)) from None
     window = None if args.start_ns is None else (args.start_ns, args.end_ns)

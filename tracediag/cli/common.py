@@ -206,10 +206,10 @@ def say(args: argparse.Namespace, message: str) -> None:
         print(f"tracediag: {message}", file=sys.stderr, flush=True)
 
 
-def diagnose_paths(args: argparse.Namespace, config: Config) -> Diagnosis:
-    """Load the inputs (progress on stderr unless quiet) and diagnose them."""
-    from tracediag.engine.diagnose import diagnose
-    from tracediag.loading.loader import load, stderr_progress
+def load_paths(args: argparse.Namespace, config: Config):
+    """The inputs as one aligned trace (progress on stderr unless quiet, and what was not read
+    said in one line)."""
+    from tracediag.loading.loader import load, skipped_text, stderr_progress
 
     trace = load(
         args.paths,
@@ -218,9 +218,15 @@ def diagnose_paths(args: argparse.Namespace, config: Config) -> Diagnosis:
         **reading_options(args),
     )
     if trace.skipped:
-        from tracediag.loading.loader import skipped_text
-
         say(args, skipped_text(trace.skipped))
+    return trace
+
+
+def diagnose_paths(args: argparse.Namespace, config: Config) -> Diagnosis:
+    """Load the inputs (progress on stderr unless quiet) and diagnose them."""
+    from tracediag.engine.diagnose import diagnose
+
+    trace = load_paths(args, config)
     say(args, f"diagnosing {plural(len(trace.ranks), 'rank')}, {plural(len(trace), 'event')}")
     return diagnose(trace, config)
 
