@@ -252,8 +252,8 @@ class _Slow:
                 "clock": column("clock", np.array(ev["clock"], dtype=np.int64)),
                 "type": column("type", np.array(ev["type"], dtype=np.int8)),
                 "track": column("track", np.array(ev["track"], dtype=np.uint64)),
-                "name": _texts(list(objects("name")), counts, "event names"),
-                "cat": _texts(list(objects("cat")), counts, "event categories"),
+                "name": _texts(objects("name"), counts, "event names"),
+                "cat": _texts(objects("cat"), counts, "event categories"),
                 "dur": column("dur", np.array(ev["dur"], dtype=np.int64)),
                 "corr": column("corr", np.array([_wrap(c) for c in ev["corr"]], dtype=np.int64)),
             }
@@ -291,9 +291,7 @@ def _rows(slow: dict, fast: list[dict], event_pos: np.ndarray, counts: dict) -> 
     names = np.concatenate(
         [np.array(slow["name"] + [None], dtype=object)[:-1], *(f["name"] for f in fast)]
     )[order]
-    values[kind == VALUE_TEXT] = _texts(
-        list(values[kind == VALUE_TEXT]), counts, "annotation values"
-    )
+    values[kind == VALUE_TEXT] = _texts(values[kind == VALUE_TEXT], counts, "annotation values")
     return pd.DataFrame(
         {
             "ev": np.searchsorted(event_pos, pos[order]).astype(np.int64),
@@ -304,10 +302,10 @@ def _rows(slow: dict, fast: list[dict], event_pos: np.ndarray, counts: dict) -> 
     )
 
 
-def _texts(values: list, counts: dict[str, int], what: str) -> np.ndarray:
-    """Strings as an object array. protobuf hands proto2 strings that are not valid UTF-8 over
-    as bytes (corrupt data): those are decoded with replacement characters and counted."""
-    out = np.array(values + [None], dtype=object)[:-1]
+def _texts(out: np.ndarray, counts: dict[str, int], what: str) -> np.ndarray:
+    """A fresh object array of strings, fixed in place. protobuf hands proto2 strings that are
+    not valid UTF-8 over as bytes (corrupt data): those are decoded with replacement characters
+    and counted."""
     if infer_dtype(out, skipna=True) in ("string", "empty"):  # one C-level scan
         return out
     raw = np.fromiter((isinstance(v, bytes) for v in out), dtype=bool, count=len(out))

@@ -372,31 +372,39 @@ def _annotations(buf, sh: Shapes, kept_event, pos, context, log: SequenceLog, ca
     mine = np.flatnonzero(ev >= 0)
     u0 = np.uint64(0)
     # Names: inline text, else the interned name of the sequence generation ("" if missing).
+    # Each distinct name is matched against ``canon`` once: inline names by their byte codes,
+    # interned ones (looked up only where no inline name is) by their few distinct values.
     inline = a.of(10, _W2)
     inline = inline[(ev[a.msg[inline]] >= 0) & (a.value[inline] > 0)]  # "": the interned name
-    key = np.full(na, "", dtype=object)
-    iid = W.last_per(a.msg, a.of(1, _W0), a.value, na, u0)
-    key[mine] = log.lookup("annotation_names", context[ev[mine]], iid[mine], pos[ev[mine]], "")
+    name = np.full(na, "", dtype=object)
+    want = np.zeros(na, dtype=bool)  # per annotation: its name is wanted (``name`` not "")
+    has_inline = np.zeros(na, dtype=bool)
+    has_inline[a.msg[inline]] = True
+    by_iid = mine[~has_inline[mine]]
+    if len(by_iid):
+        iid = W.last_per(a.msg, a.of(1, _W0), a.value, na, u0)
+        key = log.lookup("annotation_names", context[ev[by_iid]], iid[by_iid], pos[ev[by_iid]], "")
+        codes, uniq = pd.factorize(key)
+        wanted = np.array([canon(k) for k in uniq] + [""], dtype=object)[:-1]
+        name[by_iid], want[by_iid] = wanted[codes], (wanted != "")[codes]
     if len(inline):
         distinct = distinct_names(buf, a.data[inline], a.value[inline].astype(np.int64))
         if distinct is None:  # a hash collision: decode each name
-            key[a.msg[inline]] = [
+            names = [
                 buf.bytes[s : s + m].tobytes().decode("utf-8", "replace")
                 for s, m in zip(a.data[inline].tolist(), a.value[inline].tolist(), strict=True)
             ]
+            codes = np.arange(len(names))
         else:
             codes, names = distinct
-            key[a.msg[inline]] = np.array(names + [None], dtype=object)[:-1][codes]
-    codes, uniq = pd.factorize(key[mine])
-    wanted = np.array([canon(k) for k in uniq] + [""], dtype=object)[:-1]  # per distinct name
-    name = np.full(na, "", dtype=object)
-    name[mine] = wanted[codes] if len(uniq) else ""
+        wanted = np.array([canon(k) for k in names] + [""], dtype=object)[:-1]
+        name[a.msg[inline]], want[a.msg[inline]] = wanted[codes], (wanted != "")[codes]
     # Value rows: annotations with a value, and elements (of valueless annotations) with one.
     a_val = np.flatnonzero(_in(a.field, tuple(_VALUES)))
-    a_val = a_val[name[a.msg[a_val]] != ""]
+    a_val = a_val[want[a.msg[a_val]]]
     x_val = np.flatnonzero(_in(x.field, tuple(_VALUES)))
     owner_x = sh.element_annotation[x.msg[x_val]]
-    x_val, owner_x = x_val[name[owner_x] != ""], owner_x[name[owner_x] != ""]
+    x_val, owner_x = x_val[want[owner_x]], owner_x[want[owner_x]]
     owner = np.concatenate([a.msg[a_val], owner_x])
     sub = np.concatenate([np.zeros(len(a_val), np.int64), 1 + sh.element_order[x.msg[x_val]]])
     fnum = np.concatenate([a.field[a_val], x.field[x_val]])
@@ -406,9 +414,10 @@ def _annotations(buf, sh: Shapes, kept_event, pos, context, log: SequenceLog, ca
     owner, fnum, value, data = owner[order], fnum[order], value[order], data[order]
     event = ev[owner]
     kind = np.where(_in(fnum, (*_TEXT_VALUES, _IID_VALUE)), 0, np.where(fnum == 5, 2, 1))
-    out = value.view(np.int64).astype(object)
-    boolean = fnum == _BOOL_VALUE
-    out[boolean] = (value[boolean] != 0).astype(np.int64).astype(object)
+    out = np.empty(len(fnum), dtype=object)
+    integer = kind == 1
+    whole = value[integer].view(np.int64)
+    out[integer] = np.where(fnum[integer] == _BOOL_VALUE, whole != 0, whole).astype(object)
     double = fnum == _FLOAT_VALUE
     out[double] = value[double].view(np.float64).astype(object)
     text = _in(fnum, _TEXT_VALUES)

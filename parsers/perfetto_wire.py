@@ -88,52 +88,46 @@ class Fields:
         return rows[np.argsort(self.msg[rows], kind="stable")]
 
 
-_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
-_bitcount = getattr(np, "bitwise_count", None)  # numpy >= 2
-
-
-def _end_byte(lowest: np.ndarray) -> np.ndarray:
-    """For the lowest stop bit of a word (bit 8k+7), k + 1; 0 where there is none."""
-    if _bitcount is not None:
-        n = (_bitcount(lowest - _U(1)).astype(np.int64) + 1) >> 3
-    else:
-        n = (np.log2(np.maximum(lowest, 1).astype(np.float64)).astype(np.int64) + 1) >> 3
-    return np.where(lowest == 0, 0, n)
-
-
 def _step(buf: Buffer, pos: np.ndarray):
-    """One field at each of ``pos``: number, wire, value, payload start, next position, ok."""
-    w = buf.words[pos]
-    stop = ~w & _HIGH
-    low1 = stop & (~stop + _U(1))
-    rest = stop ^ low1
-    k1 = _end_byte(low1)  # the tag's bytes (0: longer than 8, never a valid tag)
-    k2 = _end_byte(rest & (~rest + _U(1)))  # where the next varint ends, if in this word
-    tag = _compact(w & _MASKS[k1])
-    wire = (tag & _U(7)).astype(np.int64)
-    number = (tag >> _U(3)).astype(np.int64)
-    shift = (np.minimum(k1, 7) * 8).astype(np.uint64)
-    value = _compact((w >> shift) & _MASKS[np.maximum(k2 - k1, 0)])
-    after = pos + k2
-    ok = k1 > 0
-    far = np.flatnonzero(ok & (k2 == 0) & ((wire == WIRE_VARINT) | (wire == WIRE_LEN)))
-    if len(far):  # the value's varint runs past the word: read it on its own
-        v, at, fine = varints(buf, pos[far] + k1[far])
-        value[far], after[far] = v, at
-        ok[far] &= fine
-    fixed = np.flatnonzero((wire == WIRE_FIXED64) | (wire == WIRE_FIXED32))
+    """One field at each of ``pos``: number, wire, value, payload start, next position, ok.
+
+    Most tags and most values (small ints, short lengths) are one byte each: both come from one
+    gathered word, a few numpy passes; only the rows with a longer tag or value take the
+    word-wise varint reader (:func:`varints`)."""
+    w = buf.words[pos]  # the tag and the value's first byte, in one gather
+    tag = (w & _U(0xFF)).astype(np.int64)
+    value = (w >> _U(8)) & _U(0xFF)
+    at = pos + 1  # where the value starts
+    ok = np.ones(len(pos), dtype=bool)
+    long = np.flatnonzero(tag >= 0x80)
+    if len(long):  # field numbers of 16 and more
+        t, at[long], ok[long] = varints(buf, pos[long])
+        tag[long] = t.view(np.int64)
+        value[long] = buf.bytes[at[long]]
+    wire = tag & 7
+    number = tag >> 3
+    after = at + 1
+    # Wire types 1 and 5 (fixed64, fixed32; 3 is odd too, but never ok): no varint value.
+    fixed = np.flatnonzero(tag & 1)
+    long = np.flatnonzero(value >= 0x80)
     if len(fixed):
-        at = pos[fixed] + k1[fixed]
-        f = buf.words[at]
+        long = np.setdiff1d(long, fixed, assume_unique=True)
+    if len(long):  # varints of two bytes and more (timestamps, ids, lengths of 128 and more)
+        value[long], after[long], fine = varints(buf, at[long])
+        ok[long] &= fine
+    length = value.view(np.int64) * (wire == WIRE_LEN)
+    huge = np.flatnonzero((length >= _MAX_LENGTH) | (length < 0))
+    if len(huge):  # a length beyond what we take: the message is bad
+        length[huge] = 0
+        ok[huge] = False
+    nxt = after + length
+    if len(fixed):
+        f = buf.words[at[fixed]]
         eight = wire[fixed] == WIRE_FIXED64
         value[fixed] = np.where(eight, f, f & _U(0xFFFFFFFF))
-        after[fixed] = at
-    is_len = wire == WIRE_LEN
-    length = np.where(is_len & (value < _MAX_LENGTH), value, 0).astype(np.int64)
-    nxt = after + length
-    nxt[fixed] = after[fixed] + np.where(wire[fixed] == WIRE_FIXED64, 8, 4)
+        after[fixed] = at[fixed]
+        nxt[fixed] = at[fixed] + np.where(eight, 8, 4)
     ok &= (number > 0) & ((wire <= WIRE_LEN) | (wire == WIRE_FIXED32))
-    ok &= ~is_len | (value < _MAX_LENGTH)
     return number, wire, value, after, nxt, ok
 
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
-from tracediag.analysis.intervals import interval_overlap
-from tracediag.analysis.peers import device_ranks
 from tracediag.engine.rule import Rule
 from tracediag.model import schema as S
 from tracediag.model.findings import Severity
 from tracediag.model.units import fmt_ns
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def main_compute_mask(ctx, rank: int) -> np.ndarray:
@@ -35,6 +36,8 @@ _UNIT_NAMES = {"tensor": "tensor engine", "gpu": "GPU", "tensorcore": "TensorCor
 def _main_engine(ctx, mask: np.ndarray) -> str:
     """The engine of the tracks most of the rank's main compute events run on (a GPU's streams,
     a TPU's TensorCore, a NeuronCore's tensor engine): never a device kind the rank lacks."""
+    import numpy as np
+
     engines = ctx.trace.tracks[S.ENGINE].astype(str).to_numpy()
     tracks = ctx.trace.events[S.TRACK].to_numpy()[mask]
     if not len(tracks):
@@ -65,6 +68,11 @@ class ComputeUnderutilization(Rule):
     }
 
     def check(self, ctx, opts):
+        import numpy as np
+
+        from tracediag.analysis.intervals import interval_overlap
+        from tracediag.analysis.peers import device_ranks
+
         seg = ctx.path.segments
         seg_rank = seg["rank"].to_numpy()
         seg_start, seg_end = seg["start_ns"].to_numpy(), seg["end_ns"].to_numpy()

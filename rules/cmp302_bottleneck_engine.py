@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import numpy as np
-
-from tracediag.analysis.intervals import busy_ns_by_group
 from tracediag.engine.rule import Rule, severity_by_saving
-from tracediag.graph.replay import WhatIf
 from tracediag.model import schema as S
 from tracediag.model.findings import Severity
 from tracediag.model.units import fmt_ns
@@ -36,6 +32,11 @@ class BottleneckEngine(Rule):
     }
 
     def check(self, ctx, opts):
+        import numpy as np
+
+        from tracediag.analysis.intervals import busy_ns_by_group
+        from tracediag.graph.replay import WhatIf
+
         ev = ctx.trace.events
         engines = ctx.trace.tracks[S.ENGINE].astype(str).to_numpy()
         track = ev[S.TRACK].to_numpy()

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pandas as pd
-
-from tracediag.analysis.peers import peer_track_names
 from tracediag.engine.rule import Rule, severity_by_saving
-from tracediag.graph.dependencies import ARRIVAL
-from tracediag.graph.replay import WhatIf
 from tracediag.model import schema as S
 from tracediag.model.findings import Severity
 from tracediag.model.units import fmt_ns
-from tracediag.whatif.straggler_pace import peer_pace_change
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+    from tracediag.graph.replay import WhatIf
 
 
 class CollectiveStraggler(Rule):
@@ -50,6 +50,8 @@ class CollectiveStraggler(Rule):
     }
 
     def check(self, ctx, opts):
+        import numpy as np
+
         late = ctx.lateness
         # A stage waiting at a Recv is the pipeline's bubble: PIP601/PIP602 report those.
         late = late[late["synchronous"]]
@@ -155,6 +157,11 @@ def straggler_change(ctx, rank: int, nodes: np.ndarray, late_ns: np.ndarray) -> 
     already moves that work up, once gave gaps of -70 ms: arrivals, and so the step's start,
     before the first event.) Where the pace change already sets a smaller gap, that one stays.
     """
+    import numpy as np
+
+    from tracediag.graph.replay import WhatIf
+    from tracediag.whatif.straggler_pace import peer_pace_change
+
     gap = ctx.graph.gap
     pace = peer_pace_change(ctx, [rank])
     new_gap = gap.copy()
@@ -167,6 +174,10 @@ def straggler_change(ctx, rank: int, nodes: np.ndarray, late_ns: np.ndarray) -> 
 
 def _arrival_nodes(graph, n_events: int) -> np.ndarray:
     """Per event id: the node of its arrival at a collective (-1 for other events)."""
+    import numpy as np
+
+    from tracediag.graph.dependencies import ARRIVAL
+
     arrivals = np.flatnonzero(graph.role == ARRIVAL)
     events = graph.event[arrivals]
     table = np.full(max(n_events, int(events.max(initial=-1)) + 1), -1, dtype=np.int64)
@@ -202,6 +213,11 @@ class SlowWork:
 def _slower_than_peers(ctx, rank: int, until: int, share: float = 0.25) -> SlowWork:
     """Excess over peers per engine, and the layers (and their time window) whose excess is at
     least ``share`` of the largest layer's."""
+    import numpy as np
+    import pandas as pd
+
+    from tracediag.analysis.peers import peer_track_names
+
     ev = ctx.trace.events
     excess = ctx.excess_over_peers
     mine = (ev[S.RANK].to_numpy() == rank) & (ev[S.TS].to_numpy() < until) & (excess > 0)

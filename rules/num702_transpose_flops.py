@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
-from tracediag.analysis.vendor_summary import summary_total
 from tracediag.engine.rule import Rule, severity_by_saving
-from tracediag.graph.replay import WhatIf
-from tracediag.model import numeric_formats as dtypes
 from tracediag.model import schema as S
 from tracediag.model.findings import Severity
 from tracediag.model.units import fmt_ns
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
 
 
 class TransposeFlops(Rule):
@@ -41,6 +41,12 @@ class TransposeFlops(Rule):
     }
 
     def check(self, ctx, opts):
+        import numpy as np
+
+        from tracediag.analysis.vendor_summary import summary_total
+        from tracediag.graph.replay import WhatIf
+        from tracediag.model import numeric_formats as dtypes
+
         trace = ctx.trace
         ev = trace.events
         rank = ev[S.RANK].to_numpy()
@@ -118,6 +124,8 @@ class TransposeFlops(Rule):
 
 
 def _column(ev: pd.DataFrame, name: str) -> np.ndarray:
+    import numpy as np
+
     if name not in ev:
         return np.zeros(len(ev))
     return np.nan_to_num(ev[name].to_numpy(dtype=np.float64))
@@ -125,6 +133,8 @@ def _column(ev: pd.DataFrame, name: str) -> np.ndarray:
 
 def _top_layers(ev: pd.DataFrame, ids: np.ndarray, tf: np.ndarray, top: int = 3) -> str:
     """The layers with the most transpose FLOPs, largest first."""
+    import pandas as pd
+
     if not len(ids) or S.LAYER not in ev:
         return ""
     layer = pd.Series(ev[S.LAYER].to_numpy()[ids]).astype(object)

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
-
-from tracediag.analysis.vendor_summary import summary_total
 from tracediag.engine.rule import Rule, severity_by_saving
-from tracediag.graph.replay import WhatIf
 from tracediag.model import schema as S
 from tracediag.model.findings import Severity
 from tracediag.model.units import fmt_bytes, fmt_ns
@@ -42,6 +37,12 @@ class SpillReloads(Rule):
     }
 
     def check(self, ctx, opts):
+        import numpy as np
+        import pandas as pd
+
+        from tracediag.analysis.vendor_summary import summary_total
+        from tracediag.graph.replay import WhatIf
+
         trace = ctx.trace
         per_rank, flagged = {}, []
         for r in trace.ranks:  # a loop over ranks

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from tracediag.engine.rule import Rule
 from tracediag.model import schema as S
 from tracediag.model.findings import Severity
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Where the Neuron readers put the ``Error`` table, grouped by kind (parsers/neuron_errors.py).
 ERRORS_INFO_KEY = "device_errors"
@@ -49,6 +51,8 @@ class HardwareErrors(Rule):
     }
 
     def check(self, ctx, opts):
+        import pandas as pd
+
         trace = ctx.trace
         rows = [
             {**e, "rank": r, "offset": trace.meta[r].clock_offset_ns}
@@ -103,6 +107,9 @@ def _is_numerical(text: str) -> bool:
 
 def _numerical_events(trace: S.Trace) -> pd.DataFrame:
     """Events named ``numerical_err`` (any exporter), as error kinds per rank and name."""
+    import numpy as np
+    import pandas as pd
+
     ev = trace.events
     names = ev[S.NAME]
     hit_cats = pd.Series(names.cat.categories.astype(str)).str.contains(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from tracediag.analysis.pipeline_stats import ideal_bubble_pct, micro_batches, stage_table
 from tracediag.engine.rule import Rule
 from tracediag.model.findings import Severity
 from tracediag.model.units import fmt_ns
@@ -36,6 +35,8 @@ class PipelineBubble(Rule):
     }
 
     def check(self, ctx, opts):
+        from tracediag.analysis.pipeline_stats import ideal_bubble_pct, micro_batches, stage_table
+
         layout = ctx.layout
         micro = micro_batches(ctx)
         if layout.pp < 2 or not micro:

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import numpy as np
-
-from tracediag.analysis.pipeline_stats import stage_table
 from tracediag.engine.rule import Rule, severity_by_saving
-from tracediag.graph.replay import WhatIf
 from tracediag.model import schema as S
 from tracediag.model.findings import Severity
 from tracediag.model.units import fmt_ns
@@ -39,6 +35,11 @@ class StageImbalance(Rule):
     }
 
     def check(self, ctx, opts):
+        import numpy as np
+
+        from tracediag.analysis.pipeline_stats import stage_table
+        from tracediag.graph.replay import WhatIf
+
         if ctx.layout.pp < 2:
             return
         stages = stage_table(ctx)

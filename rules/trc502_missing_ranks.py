@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from tracediag.engine.rule import Rule
 from tracediag.model import schema as S
 from tracediag.model.findings import Severity
@@ -78,6 +76,8 @@ class MissingRanks(Rule):
 
 
 def _unmatched(ctx) -> int:
+    import numpy as np
+
     coll = ctx.trace.collectives
     if not len(coll):
         return 0

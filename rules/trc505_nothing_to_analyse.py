@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from tracediag.engine.rule import Rule
 from tracediag.model import schema as S
 from tracediag.model.findings import Severity
@@ -32,6 +30,8 @@ class NothingToAnalyse(Rule):
     }
 
     def check(self, ctx, opts):
+        import numpy as np
+
         ev = ctx.trace.events
         if len(ctx.graph) and (ev[S.KIND] != "marker").to_numpy(dtype=bool).any():
             return

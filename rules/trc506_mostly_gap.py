@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from tracediag.engine.rule import Rule
-from tracediag.graph.dependencies import EDGE_CODE_NAMES, PROGRAM_ORDER
-from tracediag.graph.inferred_edges import counts_by_rank
 from tracediag.model import schema as S
 from tracediag.model.findings import Severity
 from tracediag.model.units import fmt_ns
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: The likely reasons, as evidence names them, and how the message says each.
 NO_DEPENDENCIES = "format_without_dependencies"
@@ -54,6 +54,10 @@ class MostlyGap(Rule):
     }
 
     def check(self, ctx, opts):
+        import pandas as pd
+
+        from tracediag.graph.inferred_edges import counts_by_rank
+
         seg = ctx.path.segments
         length = ctx.length_ns
         if not length or not len(seg):
@@ -164,6 +168,11 @@ def _gap_by_cause(ctx, gaps: pd.DataFrame) -> pd.DataFrame:
     each rank. ``order_only``: the waiting event's one recorded predecessor is the previous event
     on its track, so nothing says what started it (missing records); otherwise everything it is
     known to wait for ended before it started (a dependency the trace does not record)."""
+    import numpy as np
+    import pandas as pd
+
+    from tracediag.graph.dependencies import PROGRAM_ORDER
+
     nodes = gaps["node"].to_numpy()
     safe = np.maximum(nodes, 0)
     g = ctx.graph
@@ -187,6 +196,8 @@ def _gap_by_cause(ctx, gaps: pd.DataFrame) -> pd.DataFrame:
 
 def _recorded_edges_by_rank(trace: S.Trace) -> dict[int, int]:
     """Per rank: the recorded edges (of the format) whose successor is one of its events."""
+    import numpy as np
+
     ed = trace.edges
     if not len(ed):
         return {}
@@ -196,4 +207,6 @@ def _recorded_edges_by_rank(trace: S.Trace) -> dict[int, int]:
 
 
 def _after_name(code: int) -> str:
+    from tracediag.graph.dependencies import EDGE_CODE_NAMES
+
     return EDGE_CODE_NAMES[code] if 0 <= code < len(EDGE_CODE_NAMES) else "no"

@@ -17,9 +17,12 @@ object per row.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pandas as pd
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
 
 # ---- events -------------------------------------------------------------------------------
 RANK = "rank"
@@ -187,6 +190,9 @@ def strings(col: pd.Series) -> np.ndarray:
     For a categorical column this indexes its few categories by code instead of converting every
     row, which on a million events is the difference between milliseconds and a second.
     """
+    import numpy as np
+    import pandas as pd
+
     if isinstance(col.dtype, pd.CategoricalDtype):
         cats = np.append(np.asarray(col.cat.categories.astype(str), dtype=object), None)
         return cats[col.cat.codes.to_numpy()]  # code -1 (missing) picks the trailing None
@@ -197,6 +203,8 @@ def text_codes(col: pd.Series) -> tuple[list[str], np.ndarray]:
     """A column's distinct values as str and each row's index into them (-1 where missing): a
     categorical's own categories and codes (no pass over its rows), else a factorize. Classify
     the few values, then index by code, instead of testing a string per row."""
+    import pandas as pd
+
     if isinstance(col.dtype, pd.CategoricalDtype):
         return [str(c) for c in col.cat.categories], col.cat.codes.to_numpy()
     codes, uniques = pd.factorize(col)
@@ -205,10 +213,14 @@ def text_codes(col: pd.Series) -> tuple[list[str], np.ndarray]:
 
 def empty_frame(columns: dict[str, str]) -> pd.DataFrame:
     """An empty frame with the given columns and dtypes."""
+    import pandas as pd
+
     return pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
 
 
 def _coerce(df: pd.DataFrame, columns: dict[str, str], required: bool) -> pd.DataFrame:
+    import pandas as pd
+
     for col, dtype in columns.items():
         if col not in df.columns:
             if required:
@@ -233,6 +245,9 @@ def validate(trace: Trace) -> Trace:
     Raises :class:`SchemaError` on anything a rule could not trust: missing columns, negative
     durations, dangling edge or track references, unknown kinds.
     """
+    import numpy as np
+    import pandas as pd
+
     ev = _coerce(trace.events, EVENT_REQUIRED, required=True)
     ev = _coerce(ev, EVENT_OPTIONAL, required=False)
     if not isinstance(ev.index, pd.RangeIndex) or ev.index.start != 0:
