@@ -6,6 +6,7 @@
     python benchmarks/bench.py --suite all --json figures.json  # then: --markdown figures.json
     python benchmarks/bench.py --case chrome-1M --paired 10   # floor, report, floor, ...: ratios
     python benchmarks/bench.py --suite real --paired 3        # the real traces (table below)
+    python benchmarks/bench.py --suite real --trace mi300 --baseline /tmp/before  # vs a snapshot
 
 Cases (see ``cases.py`` for the generator options behind the sizes): ``chrome-1M`` (a Kineto
 Chrome JSON of ~1M events, uncompressed), ``parquet-4x1M`` (Neuron Parquet, 4 ranks x ~1M device
@@ -88,11 +89,12 @@ class Result:
         self.extra = {k: v for k, v in out.items() if k not in ("wall", "cpu", "events")}
 
 
-def _run_child(cmd: list[str]) -> tuple[float, float, float, str]:
-    """Run ``cmd``; its wall time, CPU time and peak RSS (MiB, from ``wait4``) and stdout."""
+def _run_child(cmd: list[str], cwd: Path = REPO) -> tuple[float, float, float, str]:
+    """Run ``cmd`` in ``cwd`` (``python -m tracediag`` there runs that tree's code); its wall
+    time, CPU time and peak RSS (MiB, from ``wait4``) and stdout."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=REPO)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=cwd)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t
         proc.returncode = code = os.waitstatus_to_exitcode(status)
@@ -204,9 +206,17 @@ def _hta_load(python: Path, trace: RealTrace) -> float | None:
     return json.loads(stdout.strip().splitlines()[-1])["wall"]
 
 
-def run_real(out: Path, pairs: int, hta_python: Path | None) -> list[dict]:
-    """The real traces' table (see the module docstring); returns its rows."""
-    traces = real_traces()
+def run_real(
+    out: Path,
+    pairs: int,
+    hta_python: Path | None,
+    only: list[str] | None = None,
+    baseline: Path | None = None,
+) -> list[dict]:
+    """The real traces' table (see the module docstring); returns its rows. ``only``: the
+    traces whose name holds one of these; ``baseline``: a tree (``compare_reports.py
+    snapshot``) whose ``report`` is timed in each pair too, after this tree's."""
+    traces = [t for t in real_traces() if not only or any(o in t.name for o in only)]
     if not traces:
         print("no real traces (../shared/traces absent): nothing to run")
         return []
@@ -214,12 +224,15 @@ def run_real(out: Path, pairs: int, hta_python: Path | None) -> list[dict]:
     for trace in traces:
         ensure(trace, out, print)
         print(f"  {trace.name}", file=sys.stderr, flush=True)
-        floors, reports, ratios, peaks = [], [], [], []
+        floors, reports, ratios, peaks, base_ratios = [], [], [], [], []
         try:
             read = _measure(trace, "read", out, 1)
             for _ in range(pairs):
                 floor = _measure(trace, "floor", out, 1)
                 report = _measure(trace, "report", out, 1)
+                if baseline is not None:
+                    wall, *_ = _run_child(_stage_cmd(trace, "report", out), cwd=baseline)
+                    base_ratios.append(wall / floor.wall)
                 floors.append(floor.wall)
                 reports.append(report.wall)
                 ratios.append(report.wall / floor.wall)
@@ -239,6 +252,7 @@ def run_real(out: Path, pairs: int, hta_python: Path | None) -> list[dict]:
                 "report_peak_mib": min(peaks),
                 "hta_load_s": _hta_load(hta_python, trace) if hta_python else None,
                 "fallbacks": sum(read.extra.get("chrome_fallbacks", {}).values()),
+                **({"baseline_ratio": statistics.median(base_ratios)} if base_ratios else {}),
             }
         )
     _print_real(rows, pairs)
@@ -261,6 +275,12 @@ def _print_real(rows: list[dict], pairs: int) -> None:
             f"{r['report_s']:>9.2f}{r['ratio']:>9,.1f}{r['report_peak_mib']:>9,.0f}{hta:>7}"
             f"{r['fallbacks']:>10}"
         )
+    for r in rows:
+        if "baseline_ratio" in r:
+            print(
+                f"{r['trace'][:39]:<40}baseline tree's report / floor: median "
+                f"{r['baseline_ratio']:.2f} (this tree {r['ratio']:.2f})"
+            )
     if any(r["fallbacks"] for r in rows):
         names = ", ".join(r["trace"] for r in rows if r["fallbacks"])
         print(f"piecewise Chrome reader fell back to a whole-document decoding on: {names}")
@@ -357,6 +377,19 @@ def main(argv: list[str] | None = None) -> int:
         help="--suite real: the Python of a venv with HolisticTraceAnalysis, for its load "
         "time (default: ../htavenv/bin/python when present)",
     )
+    ap.add_argument(
+        "--trace",
+        action="append",
+        metavar="PART",
+        help="--suite real: only the traces whose name holds PART (repeatable)",
+    )
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="TREE",
+        help="--suite real: also time TREE's report in each pair (a snapshot from "
+        "compare_reports.py: before/after a change in one run)",
+    )
     custom = ap.add_argument_group("custom case (--case custom)")
     custom.add_argument("--fmt", default="parquet", choices=("parquet", "chrome"))
     custom.add_argument("--ranks", type=int, default=4)
@@ -367,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown([c for f in args.markdown for c in json.loads(f.read_text())]))
         return 0
     if args.suite == "real":
-        rows = run_real(args.out, args.paired or 3, args.hta_python)
+        rows = run_real(args.out, args.paired or 3, args.hta_python, args.trace, args.baseline)
         if args.json:
             args.json.write_text(json.dumps(rows, indent=2) + "\n")
         return 0

@@ -68,7 +68,11 @@ _ARG_FIELDS = {f"a{i}": key for i, key in enumerate(NUMBER_ARGS + VALUE_ARGS)}
 
 
 _JSON_OTHER = int | float | str | bool | None | list  # what a non-object entry may be
-_NUMBER = float | None  # msgspec reads ints into float fields as numpy's astype does
+# Typed number args: msgspec reads ints into float fields as numpy's astype does; text (ROCm
+# writes "bytes": "1024") is kept as given and coerced as the untyped path coerces it.
+_NUMBER = float | str | None
+# Typed times keep integers as ints: an integer literal gives its exact ns without its text.
+_TIME = int | float | None
 
 
 def _records(number: Any) -> tuple[type, type]:
@@ -84,7 +88,7 @@ def _records(number: Any) -> tuple[type, type]:
         "_Event",
         [
             *((k, Any, None) for k in TEXT_KEYS),
-            *((k, number, None) for k in ("ts", "dur")),
+            *((k, _TIME if number is _NUMBER else number, None) for k in ("ts", "dur")),
             *((k, Any, None) for k in ("bind_id", "bp")),
             ("id", Any, msgspec.UNSET),  # absent and null differ: flows fall back to bind_id
             ("args", args | (None if number is _NUMBER else _JSON_OTHER), None),
@@ -94,10 +98,10 @@ def _records(number: Any) -> tuple[type, type]:
     return event, args
 
 
-# Typed records: times and number args arrive as floats (NaN: absent), every entry is an event
-# object and its args an object or null, so no infer/convert/type pass is needed; a run holding
-# other values (strings or booleans there, entries or args that are not objects) is decoded
-# again into untyped ones.
+# Typed records: times arrive as numbers (ints kept exact), number args as floats or text, every
+# entry is an event object and its args an object or null, so no type pass over the entries is
+# needed; a run holding other values (text times, booleans, entries or args that are not
+# objects) is decoded again into untyped ones.
 _TypedEvent, _TypedArgs = _records(_NUMBER)
 _Event, _Args = _records(Any)
 # What infer_dtype says of object arrays holding only numbers (and None).
@@ -320,8 +324,8 @@ class ColumnBuilder:
         for key in TEXT_KEYS:
             self.text[key].add(_array(access.get(key, events), n))
         for key in ("ts", "dur"):
-            if access.typed:
-                ns, ok = piece.float_times(key, np.fromiter(access.get(key, events), float, n))
+            if access.typed:  # ints, floats and None (_TIME)
+                ns, ok = piece.number_times(key, _array(access.get(key, events), n))
             else:
                 ns, ok = piece.times(key, _array(access.get(key, events), n))
             self.times[key].append(ns)
@@ -358,11 +362,8 @@ class ColumnBuilder:
         objects = args[with_args]
         m = len(objects)
         for key in NUMBER_ARGS:
-            numbers = np.full(n, np.nan)
-            if access.typed:
-                numbers[with_args] = np.fromiter(access.arg(key, objects), float, m)
-            else:
-                numbers[with_args] = _numbers(_array(access.arg(key, objects), m))
+            numbers = np.full(n, np.nan)  # (typed: floats, None, or text coerced as untyped)
+            numbers[with_args] = _numbers(_array(access.arg(key, objects), m))
             self.numbers[key].append(numbers)
         meta = with_args[self.text["ph"].last_in(("M",))[with_args]]
         for key in META_ARGS:  # read from metadata events only

@@ -12,7 +12,7 @@ import pytest
 
 from tests.chrome_helpers import TRACES
 from tracediag.model.errors import TraceInputError
-from tracediag.parsers import chrome_chunks, chrome_json, chrome_stream
+from tracediag.parsers import chrome_chunks, chrome_columns, chrome_json, chrome_stream
 from tracediag.parsers.chrome_columns import EventColumns, read_whole
 from tracediag.parsers.chrome_decode import _HUGE_INT, HUGE_INTS, count_huge_ints, huge_int_literals
 from tracediag.parsers.chrome_stream import read_columns
@@ -368,3 +368,48 @@ def test_real_traces_are_read_in_pieces_without_a_second_decoding(name, fallback
     assert columns.entries > 0 and "traceEvents" not in columns.metadata
     if path.stat().st_size < 2 << 20:  # the whole-document read of the big ones takes seconds
         assert_same(columns, read_whole(path, gzip.decompress(path.read_bytes())))
+
+
+def test_integer_times_and_text_number_args_stay_on_the_typed_path(monkeypatch):
+    """Epoch-µs integer times give their exact ns as decoded (no text read), and ROCm's text
+    ``"bytes": "1024"`` is coerced as the untyped path coerces it: the run is not decoded a
+    second time, and the columns equal the whole-document ones."""
+
+    def kernel(ts, dur, **args) -> dict:
+        return {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": ts,
+                "dur": dur, "args": args}  # fmt: skip
+
+    events = [
+        kernel(1669783687464181, 45, bytes="1024", **{"External id": 3}),
+        kernel(-5, 4611686018427388),  # dur beyond the int64 ns range: not valid
+        kernel(1669783687464190, 2, bytes="n/a"),
+    ]
+    doc = json.dumps({"traceEvents": events}).encode()
+
+    class Untyped:
+        def decode(self, text):
+            raise AssertionError("the run was decoded a second time, untyped")
+
+    monkeypatch.setattr(chrome_columns, "_DECODER", Untyped())
+    columns = read_columns(Path("rocm.json"), doc)
+    assert columns.ts.tolist() == [1669783687464181000, -5000, 1669783687464190000]
+    assert columns.dur.tolist() == [45000, 0, 2000]
+    assert columns.dur_ok.tolist() == [True, False, True]
+    assert np.array_equal(columns.args.numbers["bytes"], [1024.0, np.nan, np.nan], equal_nan=True)
+    assert np.array_equal(
+        columns.args.numbers["External id"], [3.0, np.nan, np.nan], equal_nan=True
+    )
+    monkeypatch.undo()
+    assert_same(columns, read_whole(Path("rocm.json"), doc))
+
+
+@pytest.mark.parametrize("tail", [b"", b",", b"}, 0.08888888888888889"])
+def test_the_20_digit_check_is_exact_at_every_alignment(tail):
+    """Runs of 15 to 24 digits at every offset, at the end of the text or not: a run of 20 is
+    found, 17-digit float fractions (which pass the strided pre-check) are not."""
+    from tracediag.parsers.chrome_decode import _may_hold_20_digits
+
+    for offset in range(9):
+        for digits in range(15, 25):
+            text = b"x" * offset + b"7" * digits + tail
+            assert _may_hold_20_digits(text) == (digits >= 20), (offset, digits, tail)
