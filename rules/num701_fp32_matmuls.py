@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from tracediag.engine.rule import Rule, severity_by_saving
-from tracediag.graph.replay import WhatIf
-from tracediag.model import numeric_formats as dtypes
 from tracediag.model import schema as S
 from tracediag.model.findings import Severity
 from tracediag.model.units import fmt_ns
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
 
 
 class Fp32Matmuls(Rule):
@@ -20,6 +21,8 @@ class Fp32Matmuls(Rule):
     severity = Severity.WARNING
     options = {
         "min_fast_share": 0.5,  # share of matmul FLOPs in bf16/fp16/fp8 that makes it "the model's"
+        # share of the matmul work a format needs before NUM701 prices FP32 matmuls at its rate
+        "min_target_share": 0.05,
         "warn_saving_pct": 1.0,
         "error_saving_pct": 25.0,
         "max_findings": 10,  # layers reported, largest time first
@@ -43,6 +46,11 @@ class Fp32Matmuls(Rule):
     }
 
     def check(self, ctx, opts):
+        import numpy as np
+        import pandas as pd
+
+        from tracediag.model import numeric_formats as dtypes
+
         trace = ctx.trace
         ev = trace.events
         matmul = dtypes.matmul_events(trace)
@@ -64,7 +72,8 @@ class Fp32Matmuls(Rule):
         if not slow.any():
             return
         dtype_name = dtypes.names(dt)
-        factor = self._factors(ctx, rank, dtype_name, slow, fast_dtype)
+        target = _target_dtype(table, fast_dtype, ctx.hardware, opts["min_target_share"])
+        factor = self._factors(ctx, rank, dtype_name, slow, target)
         layer = (
             np.asarray(ev[S.LAYER].astype(object).fillna(""), dtype=object)
             if S.LAYER in ev
@@ -83,11 +92,15 @@ class Fp32Matmuls(Rule):
         )
         by_layer = frame.groupby("layer")["dur"].sum().sort_values(ascending=False)
         for name in by_layer.index[: opts["max_findings"]]:
-            yield self._finding(ctx, opts, frame, name, factor, on_path, table, fast_dtype)
+            yield self._finding(ctx, opts, frame, name, factor, on_path, table, fast_dtype, target)
 
     @staticmethod
     def _factors(ctx, rank, dtype_name, slow, fast_dtype) -> np.ndarray:
         """Per event: the duration multiplier at the model's dtype (NaN when a peak is unknown)."""
+        import numpy as np
+
+        from tracediag.model import numeric_formats as dtypes
+
         factor = np.full(len(rank), np.nan)
         for r, fast in fast_dtype.items():  # a loop over ranks and the two slow dtypes
             hw = ctx.hardware.get(r)
@@ -97,7 +110,11 @@ class Fp32Matmuls(Rule):
                     factor[slow & (rank == r) & (dtype_name == slow_name)] = ratio
         return factor
 
-    def _finding(self, ctx, opts, frame, name, factor, on_path, table, fast_dtype):
+    def _finding(self, ctx, opts, frame, name, factor, on_path, table, fast_dtype, target):
+        import numpy as np
+
+        from tracediag.graph.replay import WhatIf
+
         ev = ctx.trace.events
         rows = frame[frame["layer"] == name]
         ids = rows["event"].to_numpy()
@@ -115,13 +132,19 @@ class Fp32Matmuls(Rule):
         ranks = tuple(sorted(int(r) for r in np.unique(ev[S.RANK].to_numpy()[ids])))
         slow_dtypes = sorted(rows["dtype"].unique().tolist())
         fast = sorted({fast_dtype[r] for r in ranks})
+        goal = sorted({target[r] for r in ranks if r in target})
         total = int(rows["dur"].sum())
         where = f" in {name}" if name else ""
         if ok.any():
             speedup = 1 / float(np.nanmedian(f))
+            why = (
+                "the model's own format"
+                if goal == fast
+                else "the most precise format the model's other matmuls use"
+            )
             what_if = (
-                f"At the {'/'.join(fast)} rate ({speedup:.3g}x faster) the step would be "
-                f"{fmt_ns(saving)} shorter."
+                f"At the {'/'.join(goal)} rate ({why}; {speedup:.3g}x faster on this hardware) "
+                f"the step would be {fmt_ns(saving)} shorter."
             )
         else:
             what_if = "No peak is known for these dtypes on this hardware: no what-if."
@@ -129,6 +152,8 @@ class Fp32Matmuls(Rule):
             "events": len(ids),
             "dtypes": slow_dtypes,
             "model_dtype": {str(r): fast_dtype[r] for r in ranks},
+            "target_dtype": {str(r): target[r] for r in ranks if r in target},
+            "rates_flops": _rates(ctx, ranks, slow_dtypes + goal),
             "time_ns_slow": total,
             "by_dtype": _by_dtype(table, ranks),
             "scale_factor": float(np.nanmedian(f)) if ok.any() else None,
@@ -152,15 +177,50 @@ class Fp32Matmuls(Rule):
             impact_ns=impact,
             saving_ns=int(saving),
             change=change,
-            suggestion=f"Run {name or 'these matmuls'} in {fast[0]} (autocast or an explicit "
+            suggestion=f"Run {name or 'these matmuls'} in {(goal or fast)[0]} (autocast or an explicit "
             "cast of weights and inputs).",
             evidence=evidence,
         )
 
 
+def _target_dtype(table, fast_dtype: dict, hardware: dict, min_share: float) -> dict[int, str]:
+    """Per rank of ``fast_dtype``: the format its slow matmuls are priced at. Of the fast
+    formats the rank's other matmuls run in (each at least ``min_share`` of their work, FLOPs
+    or else events) and whose rate its hardware lists, the most precise: a layer left in FP32
+    goes to BF16 where the recipe keeps BF16 layers, and to FP8, MXFP8 or FP4 only where the
+    recipe runs (nearly) all else in it, so the saving never assumes a format the recipe does
+    not already trust. The model's format where no rate is listed (no what-if then)."""
+    from tracediag.model import numeric_formats as dtypes
+
+    known = table[table["dtype"].isin(dtypes.FAST) & table["rank"].isin(list(fast_dtype))].copy()
+    has_flops = known.groupby("rank")["flops"].transform("sum") > 0
+    known["work"] = known["flops"].where(has_flops, known["events"])
+    known["share"] = known["work"] / known.groupby("rank")["work"].transform("sum")
+    known["width"] = known["dtype"].map(dtypes.WIDTH)
+    known = known[known["share"] >= min_share].sort_values(
+        ["rank", "width", "work"], ascending=[True, False, False]
+    )
+    out = {}
+    for r, group in known.groupby("rank"):  # a loop over ranks and their few formats
+        hw = hardware.get(int(r))
+        usable = [d for d in group["dtype"] if hw is not None and hw.rate(d)]
+        out[int(r)] = usable[0] if usable else fast_dtype[int(r)]
+    return out
+
+
+def _rates(ctx, ranks, names) -> dict:
+    """FLOP/s of each format named on the finding's ranks (the first rank's hardware)."""
+    hw = ctx.hardware.get(ranks[0]) if ranks else None
+    return {d: hw.rate(d) for d in sorted(set(names))} if hw is not None else {}
+
+
 def _model_dtype(table: pd.DataFrame, min_share: float) -> dict[int, str]:
     """Per rank whose matmul FLOPs (event counts where FLOPs are unknown) run mostly in a fast
     dtype: that dtype."""
+    import numpy as np
+
+    from tracediag.model import numeric_formats as dtypes
+
     known = table[table["dtype"] != "unknown"].copy()
     if not len(known):
         return {}
@@ -184,6 +244,10 @@ def _by_dtype(table: pd.DataFrame, ranks: tuple[int, ...]) -> dict:
 
 
 def _engine(ctx, ids: np.ndarray) -> str:
+    import numpy as np
+
+    from tracediag.model import numeric_formats as dtypes
+
     engines = dtypes.event_engines(ctx.trace)[ids]
     values, counts = np.unique(engines.astype(str), return_counts=True)
     return str(values[np.argmax(counts)])

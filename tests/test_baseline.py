@@ -81,7 +81,8 @@ def test_an_injected_slow_dma_fails(reports, truths, clean_baseline):
     ]
     rise = 100 * (step["value"] - step["median"]) / step["median"]
     assert gate["failures"][1]["message"].startswith(
-        f"step time (length of the critical path) regressed: {fmt_ns(step['value'])} vs baseline "
+        f"typical step time (the median step; the critical path for one step) regressed: "
+        f"{fmt_ns(step['value'])} vs baseline "
         f"median {fmt_ns(step['median'])} (+{rise:.1f}%); noise allows {fmt_ns(step['allowed'])}"
     )
 

@@ -183,7 +183,7 @@ def _documented_fields(section: str) -> set[str]:
     fields = set()
     for line in table.splitlines():
         if line.startswith("| `"):
-            fields |= set(re.findall(r"`([a-z_]+)`", line.split("|")[1]))
+            fields |= set(re.findall(r"`([a-z][a-z0-9_]*)`", line.split("|")[1]))
     return fields
 
 
@@ -198,6 +198,10 @@ def _documented_fields(section: str) -> set[str]:
         ("`summary`", ("properties", "summary")),
         ("`config`", ("properties", "config")),
         ("`layout`", ("$defs", "layout")),
+        ("`steps[]`", ("$defs", "step")),
+        ("`step_summary`", ("$defs", "step_summary")),
+        ("`bounds[]`", ("$defs", "bounds")),
+        ("`precision[]`", ("$defs", "precision")),
         ("`gate`", ("$defs", "gate")),
     ],
 )

@@ -24,7 +24,7 @@ def test_spellings_are_normalised():
     spelled = ["bfloat16", "BF16", "float32", "fp32", "f32", "float16", "half", "fp8_e4m3",
                "float8_e5m2", "tf32", "float64", "int8", "complex64", None]  # fmt: skip
     assert _names(dtypes.normalise(spelled)) == [
-        "bf16", "bf16", "fp32", "fp32", "fp32", "fp16", "fp16", "fp8", "fp8", "tf32", "fp64",
+        "bf16", "bf16", "fp32", "fp32", "fp32", "fp16", "fp16", "fp8_e4m3", "fp8_e5m2", "tf32", "fp64",
         "int8", "unknown", "unknown",
     ]  # fmt: skip
 
@@ -71,7 +71,7 @@ KERNELS = {
     "_kernel": "fp16",
     "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>"
     "(cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4::Params)": "tf32",
-    "sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_tilesize128x128x128_cublas": "fp8",
+    "sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_tilesize128x128x128_cublas": "fp8_e4m3",
     "cutlass3x_sm90_tensorop_gemm_f8f8_bf16_f32_128x128x128": "fp8",
     "ampere_sgemm_128x64_nn": "fp32",
     "volta_sgemm_128x64_nt": "fp32",

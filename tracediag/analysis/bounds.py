@@ -22,7 +22,8 @@ the time goes, not what fixing it saves: the engines interact, so a saving needs
 
 Peaks come from the profile's own Metadata when the reader kept it in ``meta.info``
 (``dma_ddr_bandwidth``; ``tensor_engine_num_rows`` x ``tensor_engine_num_cols`` x 2 x
-``tensor_engine_clock_freq``), else from the rank's hardware profile; the table says which.
+``tensor_engine_clock_freq``; each times the physical cores of the rank's logical core, two
+with LNC=2), else from the rank's hardware profile; the table says which.
 """
 
 from __future__ import annotations
@@ -32,7 +33,12 @@ import math
 import numpy as np
 import pandas as pd
 
-from tracediag.analysis.hardware import Hardware
+from tracediag.analysis.hardware import (
+    Hardware,
+    metadata_dma_peak,
+    metadata_te_peak,
+    physical_cores,
+)
 from tracediag.analysis.intervals import busy_ns_by_group
 from tracediag.model import schema as S
 
@@ -174,11 +180,12 @@ def _positive(value) -> float | None:
 
 
 def dma_peak(info: dict, hw: Hardware | None) -> tuple[float, str]:
-    """The DMA peak (B/s) of one NeuronCore and where it came from: Metadata
-    ``dma_ddr_bandwidth`` (all DMA engines of the core), else the hardware profile's HBM."""
-    bw = _positive(info.get("dma_ddr_bandwidth"))
-    if bw:
-        return bw, "Metadata dma_ddr_bandwidth"
+    """The DMA peak (B/s) of one rank and where it came from: Metadata ``dma_ddr_bandwidth``
+    (all DMA engines of a core) x its physical cores (:func:`hardware.metadata_dma_peak`), else
+    the hardware profile's HBM."""
+    bw = metadata_dma_peak(info)
+    if bw == bw:
+        return bw, "Metadata dma_ddr_bandwidth" + _cores_note(info)
     if hw is not None and hw.hbm_bw > 0:
         return hw.hbm_bw, f"{hw.name} HBM bandwidth (built-in)"
     return math.nan, "unknown"
@@ -186,16 +193,19 @@ def dma_peak(info: dict, hw: Hardware | None) -> tuple[float, str]:
 
 def te_peak(info: dict, hw: Hardware | None) -> tuple[float, str]:
     """The matrix engine's BF16-rate peak (FLOP/s) and where it came from: Metadata rows x
-    columns x 2 x clock (GHz), else the hardware profile's BF16 peak."""
-    rows = _positive(info.get("tensor_engine_num_rows"))
-    cols = _positive(info.get("tensor_engine_num_cols"))
-    clock = _positive(info.get("tensor_engine_clock_freq"))
-    if rows and cols and clock:
-        hz = clock * 1e9 if clock < 1e3 else clock  # Metadata states GHz; tolerate Hz
-        return rows * cols * 2.0 * hz, "Metadata tensor_engine rows x cols x 2 x clock"
+    columns x 2 x clock x physical cores (:func:`hardware.metadata_te_peak`, the function the
+    hardware profile uses too), else the hardware profile's BF16 peak."""
+    te = metadata_te_peak(info)
+    if te == te:
+        return te, "Metadata tensor_engine rows x cols x 2 x clock" + _cores_note(info)
     if hw is not None and hw.peak_flops > 0:
         return hw.peak_flops, f"{hw.name} BF16 peak (built-in)"
     return math.nan, "unknown"
+
+
+def _cores_note(info: dict) -> str:
+    n = physical_cores(info)
+    return f" x {n} physical cores (LNC={n})" if n > 1 else ""
 
 
 def necessary_bytes(meta: S.RankMeta) -> tuple[float, str]:

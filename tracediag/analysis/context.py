@@ -17,7 +17,8 @@ from tracediag.analysis.arrival_skew import lateness
 from tracediag.analysis.dma import dma_frame
 from tracediag.analysis.parallel_layout import Layout, infer_layout
 from tracediag.analysis.peers import event_ordinals, excess_over_peers, peer_gap_medians
-from tracediag.analysis.step_windows import typical_steps, widen_host_window
+from tracediag.analysis.step_windows import widen_host_window
+from tracediag.analysis.steps import JobSteps, job_steps, per_rank_typical, rank_steps
 from tracediag.analysis.temporal_breakdown import temporal_breakdown
 from tracediag.graph.critical_path import CriticalPath, node_categories, texts_by_code, walk
 from tracediag.graph.dependencies import Graph, build_graph
@@ -38,10 +39,11 @@ class Analysis:
     gap_category: np.ndarray
     breakdown: pd.DataFrame  # per rank: compute/communication/memory/idle ns and pct
     hardware: dict[int, hw.Hardware | None]
-    step_ns: dict[int, int]  # per rank: its typical step (step_windows.typical_steps)
+    step_ns: dict[int, int]  # per rank: its typical step, the median of its steps (steps.py)
     inferred: pd.DataFrame | None = None  # inferred dependencies + evidence (inferred_edges.py)
     window_ns: dict[int, int] | None = None  # per rank: first start to last end of its window
     steps: dict[int, int] | None = None  # per rank: steps in its window (1 without step numbers)
+    rank_steps: pd.DataFrame | None = None  # per (rank, step): its interval (steps.rank_steps)
     # The change behind each finding's saving, by change_key(finding): what ``finding(...,
     # change=)`` was given. The report replays them all at once (joint_saving).
     changes: dict[tuple, WhatIf] = field(default_factory=dict)
@@ -52,6 +54,15 @@ class Analysis:
         track name). Built on first use: its text columns cost a string per segment, so rules
         that read only the path's own columns read ``path.segments``."""
         return _segments_with_events(self.path.segments, self.trace)
+
+    @cached_property
+    def job_steps(self) -> JobSteps:
+        """The job's steps, each with its time, breakdown and critical path; the typical step
+        (median), the spread and the outliers with their cause (``steps.job_steps``)."""
+        by_rank = (
+            self.rank_steps if self.rank_steps is not None else rank_steps(self.trace, self.graph)
+        )
+        return job_steps(self.trace, by_rank, self.path.segments)
 
     @cached_property
     def lateness(self) -> pd.DataFrame:
@@ -237,7 +248,8 @@ def analyse(
     path = walk(graph, trace, (own, gapc))
     hardware = hw.resolve_ranks(trace, hardware_overrides)
     window_ns = step_times(graph)
-    step_ns, steps = typical_steps(trace, window_ns)
+    by_rank = rank_steps(trace, graph)
+    step_ns, steps = per_rank_typical(by_rank)
     return Analysis(
         trace=trace,
         graph=graph,
@@ -250,4 +262,5 @@ def analyse(
         inferred=inferred,
         window_ns=window_ns,
         steps=steps,
+        rank_steps=by_rank,
     )

@@ -1,17 +1,12 @@
-"""The analysed window of a host-only trace, and the typical step of a trace of several steps.
+"""The analysed window of a host-only trace.
 
-A trace holds several iterations (``ProfilerStep#N``): its window spans all of them, so the
-step time reported per rank is its mean step: the span of its events in numbered steps (the
-``ProfilerStep#N`` ranges included: first start to last end, idle waits included) over their number. That is the window's length per step,
-the same measure as the critical path's and the what-if savings' (a saving over the window, over
-the number of steps, is a saving per step). A trace of one step (or without step numbers)
-reports its window.
+The window is what the critical path and the what-if savings are measured over: every step of
+the trace. Where the steps are, and the typical (median) step, is :mod:`tracediag.analysis.steps`.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from tracediag.graph.dependencies import Graph
 from tracediag.model import schema as S
@@ -31,39 +26,3 @@ def widen_host_window(trace: S.Trace, graph: Graph) -> None:
     alone, and the ranks' own work outside it."""
     if host_only(trace):
         graph.window = np.ones(len(graph), dtype=bool)
-
-
-def typical_steps(
-    trace: S.Trace, window_ns: dict[int, int]
-) -> tuple[dict[int, int], dict[int, int]]:
-    """Per rank: its mean step (the span of its events in numbered steps, the step ranges
-    themselves included, over their number; ``window_ns[rank]`` without step numbers), and the
-    number of steps (1 without step numbers)."""
-    steps = {r: 1 for r in window_ns}
-    typical = dict(window_ns)
-    ev = trace.events
-    if S.STEP not in ev or not len(ev):
-        return typical, steps
-    step = ev[S.STEP].to_numpy(dtype=np.float64)
-    has = np.flatnonzero(np.isfinite(step))
-    if not len(has):
-        return typical, steps
-    # The step ranges (ProfilerStep#N) count: a rank whose step opens idle (a sleep, a data
-    # loader wait) has no work there.
-    start = ev[S.TS].to_numpy()[has]
-    frame = pd.DataFrame(
-        {
-            "rank": ev[S.RANK].to_numpy()[has],
-            "step": step[has],
-            "start": start,
-            "end": start + ev[S.DUR].to_numpy()[has],
-        }
-    )
-    per_rank = frame.groupby("rank").agg(
-        n=("step", "nunique"), first=("start", "min"), last=("end", "max")
-    )
-    for rank, n, first, last in per_rank.itertuples():  # one row per rank
-        if int(rank) in typical:
-            steps[int(rank)] = int(n)
-            typical[int(rank)] = int((last - first) // n)
-    return typical, steps

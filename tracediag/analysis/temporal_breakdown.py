@@ -54,6 +54,12 @@ COLUMNS = [f"{c}_ns" for c in CATEGORIES] + ["total_ns"] + [f"{c}_pct" for c in 
 def temporal_breakdown(trace: S.Trace) -> pd.DataFrame:
     """Per rank (index ``rank``): ``compute_ns``, ``communication_ns``, ``memory_ns``, ``idle_ns``,
     ``total_ns`` and the four ``*_pct`` (see the module docstring)."""
+    return breakdown_of_codes(*device_activity(trace))
+
+
+def device_activity(trace: S.Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The activity the breakdown covers, one interval per event: (rank, start, end, category
+    code: the index into :data:`CATEGORIES`). Per-step breakdowns (steps.py) clip these."""
     ev = trace.events
     track_kind = trace.tracks[S.TRACK_KIND].astype(str).to_numpy()
     device_track = np.isin(track_kind, DEVICE_TRACK_KINDS)
@@ -65,7 +71,7 @@ def temporal_breakdown(trace: S.Trace) -> pd.DataFrame:
     category = category_of_kind[kind_code]
     active = device_track[ev[S.TRACK].to_numpy()] & (category >= 0)
     start = ev[S.TS].to_numpy()[active]
-    return _breakdown(
+    return (
         ev[S.RANK].to_numpy()[active],
         start,
         start + ev[S.DUR].to_numpy()[active],
@@ -84,12 +90,14 @@ def breakdown_of_intervals(
     code = np.full(len(category), _CODE["memory"], dtype=np.int8)
     code[category == "compute"] = _CODE["compute"]
     code[category == "communication"] = _CODE["communication"]
-    return _breakdown(rank, start, end, code)
+    return breakdown_of_codes(rank, start, end, code)
 
 
-def _breakdown(
+def breakdown_of_codes(
     rank: np.ndarray, start: np.ndarray, end: np.ndarray, category: np.ndarray
 ) -> pd.DataFrame:
+    """The breakdown of activity intervals by category code (index into :data:`CATEGORIES`),
+    per distinct value of ``rank`` (any integer group: a rank, or a rank's step)."""
     rank = np.asarray(rank, dtype=np.int64)
     start = np.asarray(start, dtype=np.int64)
     end = np.asarray(end, dtype=np.int64)

@@ -4,7 +4,7 @@ A key is ``max-METRIC`` or ``min-METRIC`` with a number, METRIC from
 :data:`tracediag.ci.metrics.CATALOG`; a ``*-ns`` metric may be written in ``us``, ``ms`` or ``s``::
 
     [tool.tracediag.budgets]
-    max-step-time-ms = 7.0        # the critical path may not exceed 7 ms
+    max-step-time-ms = 7.0        # the typical (median) step may not exceed 7 ms
     max-dma-wait-pct = 5          # at most 5% of the critical path waiting on DMA
     max-collective-skew-pct = 2   # at most 2% waiting for late ranks at collectives
     min-mfu-pct = 40              # every rank at 40% MFU or better

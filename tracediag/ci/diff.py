@@ -3,8 +3,9 @@
 Both read JSON reports only (fresh or saved): step time, critical-path categories and the
 per-layer and per-operator duration tables of ``report["durations"]``. Changes of layers and
 operators come with Welch's t-test from their summary statistics and Benjamini-Hochberg
-q-values over each table (many operators are compared at once); step time is tested over
-the ranks' step times. Findings are matched by fingerprint (added in B, gone from A), and the
+q-values over each table (many operators are compared at once); step time (the typical step,
+as ``ci.metrics`` reads it: the median step of a trace of several) is tested over the ranks'
+step times. Findings are matched by fingerprint (added in B, gone from A), and the
 rank whose step time grew most is named.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tracediag.ci.metrics import typical_step
 from tracediag.ci.statistics import bh_qvalues, pearson, welch
 from tracediag.graph.critical_path import CATEGORIES
 from tracediag.model.fingerprints import fingerprints
@@ -31,7 +33,7 @@ def _rel(a: float, b: float) -> float | None:
 def _step_row(a: dict, b: dict) -> dict:
     steps_a = np.array([r["step_time_ns"] for r in a["ranks"]], dtype=np.float64)
     steps_b = np.array([r["step_time_ns"] for r in b["ranks"]], dtype=np.float64)
-    la, lb = a["critical_path"]["length_ns"], b["critical_path"]["length_ns"]
+    la, lb = _typical_step(a), _typical_step(b)
     p = (
         welch(
             steps_a.mean(),
@@ -123,20 +125,31 @@ def _power_note(rows: list[dict], what: str) -> str | None:
     )
 
 
+def _typical_step(report: dict) -> int:
+    """The report's typical step (ns): its median step, or its critical path for one step."""
+    return int(typical_step(report)[0])
+
+
 def _categories(a: dict, b: dict) -> list[dict]:
+    """Per critical-path category: its ns in the typical step of A and B (see ci.metrics)
+    and its share of each whole path."""
+    (_, ma), (_, mb) = typical_step(a), typical_step(b)
     ca, cb = a["critical_path"]["by_category_ns"], b["critical_path"]["by_category_ns"]
     la, lb = a["critical_path"]["length_ns"], b["critical_path"]["length_ns"]
-    return [
-        {
-            "category": c,
-            "a_ns": ca.get(c, 0),
-            "b_ns": cb.get(c, 0),
-            "change_ns": cb.get(c, 0) - ca.get(c, 0),
-            "a_pct": round(100.0 * ca.get(c, 0) / la, 2) if la else 0.0,
-            "b_pct": round(100.0 * cb.get(c, 0) / lb, 2) if lb else 0.0,
-        }
-        for c in CATEGORIES
-    ]
+    rows = []
+    for c in CATEGORIES:
+        na, nb = int(ma[c]), int(mb[c])
+        rows.append(
+            {
+                "category": c,
+                "a_ns": na,
+                "b_ns": nb,
+                "change_ns": nb - na,
+                "a_pct": round(100.0 * ca.get(c, 0) / la, 2) if la else 0.0,
+                "b_pct": round(100.0 * cb.get(c, 0) / lb, 2) if lb else 0.0,
+            }
+        )
+    return rows
 
 
 def _table(rows_a: list[dict], rows_b: list[dict], key: str, top: int | None) -> list[dict]:
@@ -223,7 +236,7 @@ def correlate(measured: dict, predicted: dict, *, top: int | None = 10) -> dict:
     rows.sort(key=lambda r: -abs(r["total_error_ns"]))
     positive = (m > 0) & (p > 0)
     weight = m * count
-    ls, lp = measured["critical_path"]["length_ns"], predicted["critical_path"]["length_ns"]
+    ls, lp = _typical_step(measured), _typical_step(predicted)
     return {
         "kind": "correlation",
         "measured": [i["path"] for i in measured.get("inputs", [])],

@@ -2,6 +2,12 @@
 
 Every metric is read from the report dictionary (``Diagnosis.to_dict()`` or a saved JSON
 report), never from the trace, so a saved report gives the same numbers as a fresh diagnosis.
+Times are of the typical step: on a trace of two or more steps, ``step-time-ns`` is the median
+step (``step_summary.typical_ns``) and each ``CATEGORY-ns`` the median over the steps of the
+critical path's time in that category (``step_summary.critical_path_ns``), so a profile of 5
+steps compares with one of 6, and one slow step does not move them; a trace of one step (or a
+report saved before steps existed) gives its critical path. ``CATEGORY-pct`` are shares of the
+whole critical path.
 Names are kebab-case; ``*-ns`` metrics may be bounded in ``us``, ``ms`` or ``s`` as well.
 """
 
@@ -28,7 +34,9 @@ def _category_metrics() -> list[Metric]:
     for cat in CATEGORIES:
         label = cat.replace("_", " ")
         key = cat.replace("_", "-")
-        out.append(Metric(f"{key}-ns", f"critical-path time in {label}", "ns", gated=True))
+        out.append(
+            Metric(f"{key}-ns", f"critical-path time in {label} (typical step)", "ns", gated=True)
+        )
         out.append(Metric(f"{key}-pct", f"share of the critical path in {label}", "pct"))
     return out
 
@@ -36,7 +44,12 @@ def _category_metrics() -> list[Metric]:
 CATALOG: dict[str, Metric] = {
     m.name: m
     for m in [
-        Metric("step-time-ns", "step time (length of the critical path)", "ns", gated=True),
+        Metric(
+            "step-time-ns",
+            "typical step time (the median step; the critical path for one step)",
+            "ns",
+            gated=True,
+        ),
         *_category_metrics(),
         Metric(
             "mfu-pct",
@@ -59,15 +72,29 @@ CATALOG: dict[str, Metric] = {
 TIME_UNITS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 
 
+def typical_step(report: dict) -> tuple[float, dict[str, float]]:
+    """The report's typical step (ns) and the critical path's ns per category in it: the
+    median step and the categories' medians over the steps for two or more steps, else (one
+    step, or a report saved before steps existed) the critical path's length and categories."""
+    cp = report["critical_path"]
+    steps = report.get("step_summary") or {}
+    if steps.get("n", 0) >= 2:
+        path = steps["critical_path_ns"]
+        return float(steps["typical_ns"]), {c: float(path.get(c, 0)) for c in CATEGORIES}
+    by_cat = cp["by_category_ns"]
+    return float(cp["length_ns"]), {c: float(by_cat.get(c, 0)) for c in CATEGORIES}
+
+
 def report_metrics(report: dict) -> dict[str, float]:
     """The metrics of ``report``; a metric the report cannot give (no FLOPs: no MFU) is absent."""
     cp = report["critical_path"]
     length = float(cp["length_ns"])
-    out: dict[str, float] = {"step-time-ns": length}
+    step, in_step = typical_step(report)
+    out: dict[str, float] = {"step-time-ns": step}
     for cat in CATEGORIES:
         ns = float(cp["by_category_ns"].get(cat, 0))
         key = cat.replace("_", "-")
-        out[f"{key}-ns"] = ns
+        out[f"{key}-ns"] = in_step[cat]
         out[f"{key}-pct"] = round(100.0 * ns / length, 4) if length else 0.0
     ranks = report.get("ranks", [])
     mfu = [r["mfu_pct"] for r in ranks if r.get("mfu_pct") is not None]

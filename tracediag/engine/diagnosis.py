@@ -10,7 +10,7 @@ import orjson
 import pandas as pd
 
 from tracediag import __version__
-from tracediag.analysis.bounds import bounds_table
+from tracediag.analysis.bounds import bounds_records, bounds_table
 from tracediag.analysis.context import Analysis
 from tracediag.analysis.durations import layer_durations, op_durations
 from tracediag.analysis.utilization import mfu_by_rank
@@ -20,6 +20,7 @@ from tracediag.graph.critical_path import CATEGORIES
 from tracediag.graph.inferred_edges import counts_by_rank
 from tracediag.model import schema as S
 from tracediag.model.findings import Finding, Severity
+from tracediag.model.numeric_formats import precision_records
 from tracediag.whatif.user_changes import Change, WhatIfResult, what_if
 
 # Rules put numpy scalars and arrays in ``evidence``; non-str keys (rank numbers) are allowed.
@@ -108,6 +109,7 @@ class Diagnosis:
                 }
             )
         by_cat = a.path.by_category()
+        steps = a.job_steps
         return {
             "schema": REPORT_SCHEMA,
             "tool": {"name": "tracediag", "version": __version__},
@@ -138,7 +140,11 @@ class Diagnosis:
                 "by_op": op_durations(self.trace),
             },
             "layout": a.layout.to_dict(),
-            "findings": [f.to_dict() for f in self.findings],
+            "bounds": bounds_records(self.bounds_df),
+            "precision": precision_records(self.trace),
+            "steps": steps.to_dicts(),
+            "step_summary": steps.summary(),
+            "findings": self._findings_with_steps(),
             "summary": {
                 "findings": len(self.findings),
                 **{str(s): sum(1 for f in self.findings if f.severity == s) for s in Severity},
@@ -157,6 +163,21 @@ class Diagnosis:
                 "rules_run": self.rules_run,
             },
         }
+
+    def _findings_with_steps(self) -> list[dict]:
+        """The findings' dicts, each with ``steps_seen`` (how many steps its window overlaps;
+        None for a finding without a window) and ``steps_total``."""
+        steps = self.analysis.job_steps
+        starts = [f.start_ns for f in self.findings]
+        ends = [f.end_ns for f in self.findings]
+        seen = steps.seen(starts, ends).tolist() if self.findings else []
+        out = []
+        for f, n in zip(self.findings, seen, strict=True):  # one per finding
+            d = f.to_dict()
+            d["steps_seen"] = int(n) if (f.start_ns or f.end_ns) else None
+            d["steps_total"] = steps.n
+            out.append(d)
+        return out
 
     def __repr__(self) -> str:
         worst = max((f.severity for f in self.findings), default=None)
@@ -188,8 +209,22 @@ class Diagnosis:
 
     @property
     def step_time_by_rank(self) -> dict[int, int]:
-        """Per rank: first start to last end of its own device work (ns)."""
+        """Per rank: its typical step, the median of its steps' times (ns; its window when the
+        trace numbers no steps; see :mod:`tracediag.analysis.steps`)."""
         return dict(self.analysis.step_ns)
+
+    @property
+    def typical_step_ns(self) -> int:
+        """The job's typical step: the median of its steps' times (ns)."""
+        return self.analysis.job_steps.typical_ns
+
+    @property
+    def steps_df(self) -> pd.DataFrame:
+        """One row per step in time order: number, start_ns, end_ns, span_ns, step_ns, the
+        critical path's ns per category in it (``path_<category>_ns``), outlier and cause
+        (:class:`tracediag.analysis.steps.JobSteps`; ``analysis.job_steps.by_rank`` has each
+        rank's step and breakdown)."""
+        return self.analysis.job_steps.table.copy()
 
     @cached_property
     def findings_df(self) -> pd.DataFrame:

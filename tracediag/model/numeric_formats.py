@@ -23,15 +23,46 @@ import pandas as pd
 
 from tracediag.model import schema as S
 
-#: Canonical names, fastest first on tensor cores / the PE array.
-DTYPES = ("fp8", "bf16", "fp16", "tf32", "fp32", "fp64", "int8")
+#: Canonical names, roughly fastest first on tensor cores / the PE array. ``fp8`` is FP8 of an
+#: unknown encoding (a rate alone says 8 bits); ``fp4`` FP4 (E2M1) of unknown scaling.
+#: ``mxfp8``/``mxfp4`` are the OCP microscaling formats (a scale per 32 elements), ``nvfp4``
+#: NVIDIA's FP4 with an E4M3 scale per 16.
+DTYPES = (
+    "nvfp4",
+    "mxfp4",
+    "fp4",
+    "mxfp8",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "fp8",
+    "bf16",
+    "fp16",
+    "tf32",
+    "fp32",
+    "fp64",
+    "int8",
+)
+#: Formats of 8 bits or fewer: a rate ratio that says "8-bit class" never overrides these names.
+LOW_PRECISION = ("nvfp4", "mxfp4", "fp4", "mxfp8", "fp8_e4m3", "fp8_e5m2", "fp8")
 #: Formats a model "normally" trains its matmuls in, and the slow ones NUM701 looks for.
-FAST = ("fp8", "bf16", "fp16")
+FAST = (*LOW_PRECISION, "bf16", "fp16")
 SLOW = ("tf32", "fp32")
+#: Bits of each format's elements, the order in which a mixed-operand matmul takes the wider
+#: operand's rate (an FP8 x FP4 MMA runs at the FP8 rate).
+WIDTH = {d: w for w, names in ((4, LOW_PRECISION[:3]), (8, LOW_PRECISION[3:])) for d in names}
+WIDTH |= {"bf16": 16, "fp16": 16, "tf32": 19, "fp32": 32, "fp64": 64, "int8": 8}
 
-# Spellings seen in Neuron operands/chains, CcOp dtypes, PyTorch and XLA -> canonical name.
+# Spellings seen in Neuron operands/chains, CcOp dtypes, PyTorch, XLA, NKI and Triton ->
+# canonical name, tried in this order (MX before the plain element types they contain). NKI's
+# ``float8_e4m3fn_x4`` and ``float4_e2m1fn_x4`` are the packed operands of ``nc_matmul_mx``.
 _SPELLINGS = {
-    "fp8": r"f(?:p|loat)?8(?:_?e[45]m[23]\w*)?|e4m3\w*|e5m2\w*|float8\w*",
+    "nvfp4": r"nvfp4|nvf4|nv_?float4\w*",
+    "mxfp4": r"mxfp4|mxf4|f(?:p|loat)4_?e2m1\w*_x4",
+    "fp4": r"f(?:p|loat)4(?:_?e2m1\w*)?|e2m1\w*",
+    "mxfp8": r"mxfp8\w*|mxf8|f(?:p|loat)8_?e[45]m[23]\w*_x4",
+    "fp8_e4m3": r"f(?:p|loat)?8_?e4(?:m3\w*|nv|b15)?|e4m3\w*",
+    "fp8_e5m2": r"f(?:p|loat)?8_?e5(?:m2\w*)?|e5m2\w*",
+    "fp8": r"c?f(?:p|loat)?8|float8\w*",
     "bf16": r"bf(?:loat)?16",
     "fp16": r"f(?:p|loat)?16|half",
     "tf32": r"tf32",
@@ -47,7 +78,13 @@ _EXACT = {k: re.compile(rf"^(?:{v})$", re.I) for k, v in _SPELLINGS.items()}
 # (``..._SA_SB_SB_...``) is full of those. Tensile and Composable Kernel names are read by their
 # own grammar first (:func:`_tensile_dtype`, :func:`_ck_dtype`).
 _KERNEL_RULES = (
-    ("fp8", r"e4m3|e5m2|f8f8|_fp8|fp8_|float8|_f8_"),
+    ("nvfp4", r"nvfp4|mxf4nvf4|nvf4"),
+    ("mxfp4", r"mxfp4|mxf4"),
+    ("mxfp8", r"mxfp8|mxf8"),
+    ("fp8", r"e4m3\w*e5m2|e5m2\w*e4m3"),  # both encodings: an FP8 matmul of mixed operands
+    ("fp8_e4m3", r"e4m3|fp8e4"),
+    ("fp8_e5m2", r"e5m2|fp8e5"),
+    ("fp8", r"f8f8|_fp8|fp8_|float8|_f8_"),
     ("bf16", r"bf16|bfloat16"),
     ("fp16", r"fp16|f16f16|_f16_|c10::half|__half|h16816gemm|h1688gemm|h884gemm|hgemm"),
     ("tf32", r"tf32|tensorop_s1688gemm|_xf32"),
@@ -71,6 +108,16 @@ _TENSILE_TYPE = (
 # Composable Kernel (``_ZN2ck...``): the Itanium-mangled template arguments of the gridwise GEMM
 # name its data types as a run of builtin codes (``ttft``: A, B bf16 = ushort, acc float, C bf16;
 # ``DF16_`` _Float16, ``f`` float, ``d`` double, ``a`` int8, ``DB8_`` f8). The first is A's.
+# CUTLASS block-scaled kernels (``cutlass3x_sm100_bstensorop_..._ue8m0xe4m3_ue8m0xe4m3_...``):
+# each of A and B is ``<scale type>x<element type>``; a UE8M0 scale is an MX format, a UE4M3 one
+# over E2M1 is NVFP4. Triton kernels of triton_kernels (``_matmul_ogs_NNT_bf16xbf16xmxfp4_...``,
+# ``_p_matmul_NNT_fp8e4nvxnvfp4xnvfp4_...``) name output x A x B. Both take the wider operand.
+_BLOCK_SCALED = re.compile(r"(ue8m0|ue4m3)x([a-z0-9]+?)_(ue8m0|ue4m3)x([a-z0-9]+?)_")
+_BLOCK_ELEMENT = {"e4m3": "fp8_e4m3", "e5m2": "fp8_e5m2", "f8": "fp8", "e2m1": "fp4", "f4": "fp4"}
+_TRITON_TOKEN = r"mxfp4|mxfp8|nvfp4|fp8e4nv|fp8e4b15|fp8e5|bf16|fp16|fp32|f32|f16"
+_TRITON = re.compile(
+    rf"_matmul(?:_ogs)?_[a-z]{{3}}_(?:{_TRITON_TOKEN})x({_TRITON_TOKEN})x({_TRITON_TOKEN})(?:_|$)"
+)
 _CK = re.compile(r"^_ZN2ck")
 _CK_RUN = re.compile(r"(?:GridwiseGemm\w*?I(?:Li\d+E)*|S\d*_)((?:DF16_|DB8_|[tfda]){3,})[NLSEI]")
 _CK_TYPE = {"t": "bf16", "DF16_": "fp16", "f": "fp32", "d": "fp64", "a": "int8", "DB8_": "fp8"}
@@ -157,6 +204,10 @@ def from_kernel_names(names) -> pd.Categorical:
         ck = cats.str.contains(_CK)
         out[ck] = _ck_dtype(cats[ck])
         grammar = low.str.match(_TENSILE_NAME) | ck  # read by their grammar, or not at all
+        for read in (_block_scaled_dtype, _triton_dtype):
+            found = read(low)
+            out[out.isna()] = found[out.isna()]
+            grammar |= found.notna()
         for name, pattern in _KERNEL_PATTERNS:
             out[out.isna() & ~grammar & low.str.contains(pattern)] = name
         return out
@@ -174,11 +225,58 @@ def _tensile_dtype(low: pd.Series) -> pd.Series:
     return out
 
 
+def _wider(a: pd.Series, b: pd.Series) -> pd.Series:
+    """Per row: the wider of two canonical names (the rate a mixed-operand MMA runs at); the
+    known one where only one is; None where neither."""
+    wa = a.map(WIDTH).astype(float)
+    wb = b.map(WIDTH).astype(float)
+    out = a.where(wa.fillna(-1) >= wb.fillna(-1), b)
+    return out.where(out.notna(), None).astype(object)
+
+
+def _block_scaled_dtype(low: pd.Series) -> pd.Series:
+    """Dtype of CUTLASS block-scaled GEMMs from their A and B ``<scale>x<element>`` tokens."""
+    parts = low.str.extract(_BLOCK_SCALED)
+    if parts.empty:
+        return pd.Series(None, index=low.index, dtype=object)
+
+    def operand(scale: pd.Series, element: pd.Series) -> pd.Series:
+        base = element.map(_BLOCK_ELEMENT)
+        mx = (scale == "ue8m0") & base.notna()
+        out = base.where(~mx, base.map({"fp4": "mxfp4"}).fillna("mxfp8"))
+        return out.where(~((scale == "ue4m3") & (base == "fp4")), "nvfp4")
+
+    return _wider(operand(parts[0], parts[1]), operand(parts[2], parts[3]))
+
+
+def _triton_dtype(low: pd.Series) -> pd.Series:
+    """Dtype of triton_kernels matmuls from their ``<out>x<A>x<B>`` token."""
+    parts = low.str.extract(_TRITON)
+    if parts.empty:
+        return pd.Series(None, index=low.index, dtype=object)
+    a = pd.Series(normalise(parts[0].fillna("")), index=low.index, dtype=object)
+    b = pd.Series(normalise(parts[1].fillna("")), index=low.index, dtype=object)
+    return _wider(a.where(a.notna(), None), b.where(b.notna(), None))
+
+
 def _ck_dtype(cats: pd.Series) -> pd.Series:
     """Dtype of Composable Kernel kernels from the first code of their data-type run; else None."""
     run = cats.str.extract(_CK_RUN, expand=False).fillna("")
     first = run.str.extract(r"^(DF16_|DB8_|[tfda])", expand=False)
     return first.map(_CK_TYPE).astype(object).where(first.notna(), None)
+
+
+def rate_or_name(rate: pd.Categorical, named: pd.Categorical) -> pd.Categorical:
+    """Per Neuron instruction: the dtype its text names, unless the rate (``adjusted_flops``
+    against ``raw_flops``, :func:`from_flops_ratio`) contradicts it: an FP32 rate always wins
+    (the time depends on the rate), an 8-bit-or-faster rate wins over a 16/32-bit name but
+    never over a low-precision one (``mxfp8`` is more than the rate can say); the rate alone
+    where the text names nothing."""
+    low = np.isin(named.codes, [DTYPES.index(d) for d in LOW_PRECISION])
+    fp32_rate = rate.codes == DTYPES.index("fp32")
+    fp8_rate = (rate.codes == DTYPES.index("fp8")) & ~low
+    codes = np.where(fp32_rate | fp8_rate | (named.codes < 0), rate.codes, named.codes)
+    return pd.Categorical.from_codes(codes, categories=DTYPES)
 
 
 def names(values: pd.Categorical, missing: str = "unknown") -> np.ndarray:
@@ -269,3 +367,23 @@ def tensor_work_by_dtype(trace: S.Trace, mask: np.ndarray, dtypes: pd.Categorica
         .agg(events=("time_ns", "size"), time_ns=("time_ns", "sum"), flops=("flops", "sum"))
         .reset_index()
     )
+
+
+def precision_records(trace: S.Trace) -> list[dict]:
+    """The JSON report's ``precision``: per rank and format of its matmuls (tensor-engine
+    instructions, GPU matmul kernels), their count, summed time (ns) and FLOPs (0 where the
+    trace states none), rank then format order; ``unknown`` where no source names the format."""
+    mask = matmul_events(trace)
+    if not mask.any():
+        return []
+    table = tensor_work_by_dtype(trace, mask, event_dtypes(trace))
+    return [
+        {
+            "rank": int(r.rank),
+            "dtype": str(r.dtype),
+            "events": int(r.events),
+            "time_ns": int(r.time_ns),
+            "flops": float(r.flops),
+        }
+        for r in table.itertuples(index=False)  # one row per (rank, format): a few
+    ]

@@ -6,7 +6,15 @@ import html
 
 from tracediag.model.units import fmt_ns
 from tracediag.model.wording import rank_list, ranks_label
+from tracediag.report.bounds_precision import markdown_lines as bounds_markdown
 from tracediag.report.labels import layout_label, percent, severity_counts, total_saving, window
+from tracediag.report.step_lines import (
+    has_steps,
+    no_outlier_text,
+    outlier_texts,
+    steps_headline,
+    steps_seen,
+)
 
 #: Rows of the findings table and findings detailed below it; the rest is counted, since a
 #: PR comment has a size limit (65536 characters on GitHub).
@@ -84,6 +92,14 @@ def _ranks(report: dict) -> list[str]:
     return ["<details><summary>Per rank</summary>", "", *table, "", "</details>"]
 
 
+def _steps(report: dict) -> list[str]:
+    """The steps' count, typical step, spread and outliers with their causes."""
+    lines = [steps_headline(report) + ".", ""]
+    outliers = outlier_texts(report)
+    lines += [f"- Outlier {text}" for text in outliers] if outliers else [no_outlier_text(report)]
+    return [*lines, ""]
+
+
 def _critical_path(report: dict) -> list[str]:
     cp = report["critical_path"]
     length = cp["length_ns"]
@@ -133,6 +149,8 @@ def _details(report: dict) -> list[str]:
         span = window(f, path_start)
         if span:
             facts.append(f"window {span} from the start of the critical path")
+        if steps_seen(f):
+            facts.append(steps_seen(f))
         facts.append(f"impact {fmt_ns(f['impact_ns'])} ({f['impact_pct']:.1f}% of the path)")
         lines += ["- " + "; ".join(facts), ""]
         if f["suggestion"]:
@@ -146,7 +164,10 @@ def render_markdown(report: dict) -> str:
     cp = report["critical_path"]
     tool = report["tool"]
     out = [f"## {tool['name']} report", "", *_summary(report), "", *_ranks(report), ""]
+    if has_steps(report):
+        out += ["### Steps", "", *_steps(report)]
     out += [f"### Critical path ({fmt_ns(cp['length_ns'])})", "", *_critical_path(report), ""]
+    out += bounds_markdown(report, _table)
     out += ["### Findings, by what-if saving", "", *_findings(report), ""]
     if report["findings"]:
         out += [

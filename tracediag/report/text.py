@@ -11,7 +11,15 @@ import textwrap
 
 from tracediag.model.units import fmt_ns
 from tracediag.model.wording import plural, ranks_label
+from tracediag.report.bounds_precision import text_lines as bounds_text
 from tracediag.report.labels import layout_label, percent, severity_counts, total_saving, window
+from tracediag.report.step_lines import (
+    has_steps,
+    no_outlier_text,
+    outlier_texts,
+    steps_headline,
+    steps_seen,
+)
 
 WIDTH = 100
 MIN_WIDTH = 60  # narrower requests are laid out at this width
@@ -193,6 +201,8 @@ def _findings(report: dict, style: _Style, width: int) -> list[str]:
         span = window(f, path_start)
         if span:
             where.append(f"window {span}")
+        if steps_seen(f):
+            where.append(steps_seen(f))
         for text in (" | ".join(where), _facts(f), f["message"]):
             lines += _wrap(text, 5, 7, width)
         if f["suggestion"]:
@@ -214,6 +224,26 @@ def _findings(report: dict, style: _Style, width: int) -> list[str]:
     return lines or ["  No findings.", ""]
 
 
+def _steps(report: dict, width: int) -> list[str]:
+    """The steps' count, typical step, spread and outliers (only for more than one step)."""
+    lines = _wrap(steps_headline(report) + ".", 2, 4, width)
+    outliers = outlier_texts(report)
+    if outliers:
+        lines.append("  Outlier steps:")
+        for text in outliers:
+            lines += _wrap(text, 4, 6, width)
+    else:
+        lines += _wrap(no_outlier_text(report), 2, 4, width)
+    lines += _wrap(
+        "The ranks' step time is each rank's median step; the critical path and the findings"
+        " cover every step.",
+        2,
+        4,
+        width,
+    )
+    return lines
+
+
 def render_text(report: dict, *, color: bool = False, width: int = WIDTH) -> str:
     """The report for a terminal; ``color`` adds ANSI styles (the caller decides: TTY, NO_COLOR);
     lines fit ``width`` columns (at least :data:`MIN_WIDTH`)."""
@@ -230,11 +260,14 @@ def render_text(report: dict, *, color: bool = False, width: int = WIDTH) -> str
     out = [*(style.heading(line) for line in _wrap(title, 0, 2, width)), ""]
     out += [style.heading("Inputs"), *_inputs(report, width), ""]
     out += [style.heading("Ranks"), *_ranks(report, width), ""]
+    if has_steps(report):
+        out += [style.heading("Steps"), *_steps(report, width), ""]
     out += [
         style.heading(f"Critical path: {fmt_ns(cp['length_ns'])}, by category"),
         *_critical_path(report, width),
         "",
     ]
+    out += bounds_text(report, width, style.heading)
     findings_head = "Findings, by what-if saving (windows from the start of the critical path)"
     out += [style.heading(_clip(findings_head, width)), *_findings(report, style, width)]
     label, value, note = total_saving(summary)

@@ -1,0 +1,533 @@
+"""The steps of a job: where each iteration is, and per step its time, breakdown and path.
+
+**Where the steps are.** A step is one iteration as the trace numbers it (the events' ``step``
+column): a ``ProfilerStep#N`` range and the GPU work it launches (Kineto), one model execution
+(Neuron ``ExecutionInfo`` / ``nc_exec_running``; barrier executions are no step), an XPlane
+step number. On a rank, step N starts at the first start of its events (the ProfilerStep
+range opens it) and runs to the start of the next step when that one is numbered N+1: the
+steps of a run tile its time, so the period between step starts (what throughput sees) is the
+step time, and GPU work that spills past the next step's start counts in that next step. A
+step whose successor is not in the trace (the last one, or a hole in the numbering) ends at
+the end of its host work (the range that opens it, its ProfilerStep, and its host events other
+than annotations: a Python frame such as the profiler's own last ``step()`` call runs on 38 ms
+after the step on ``kineto_mi300_resnet_act_checkpoint``). That is the host's clock, as the
+tiling's: its device work ends later by the queue the host ran ahead with (158 ms on
+``kineto_negative_queue_rank0``), which each earlier step passed on to the next. Where it has
+no host events (a Neuron execution) it ends at the last end of its own events. A step that holds nothing
+but its marker (the ``ProfilerStep#N`` that ``prof.stop()`` closes at once, 49 µs on
+``kineto_amd_mi250_minitoy``) is no step. A trace without step numbers is one step: each rank's window
+(the dependency graph's window: its device work; every node of a host-only trace). When some
+ranks number their steps and others do not, the job's steps are the numbered ones.
+
+**Job-wide**, step N spans from its first start on any rank to its last end on any rank (the
+interval the critical path is clipped to and findings are counted in), and its step time is
+the median of the ranks' own step N times. Not the span, nor the slowest rank's: each rank's
+step boundaries are set by its own host (a ProfilerStep ends at that process's
+``prof.step()``), so they are offset from rank to rank and jitter from step to step while the
+ranks, coupled by their collectives, run at one period. On the real 4-rank gloo traces of
+``tests/data/real_gloo/straggler_sleep`` (every rank's mean step 105.9 ms by the script's own
+clock) the median of the spans is 117.0 ms and of the slowest rank's steps 115.0 ms; the
+median over ranks gives 105.5 ms. A trace without step numbers is one step, its window: its
+time is the span, the critical path's length.
+
+**Per step and rank**, the temporal breakdown of :mod:`~tracediag.analysis.temporal_breakdown`
+(the same activity and the same unions) of the device activity inside the rank's step, with
+the step as the window: ``idle`` is the step's time with no device activity, of which
+``host_gap`` is the part before its first and after its last activity (the device waiting for
+the host to start it, or done early). **Per step**, the critical path's time in each category
+inside the job-wide step: the path's segments clipped to it.
+
+**Typical step and spread**: the median of the job-wide step times, their 90th percentile
+(linear interpolation) and maximum. A step is an **outlier** when it is slower than the median
+by more than :data:`OUTLIER_SIGMAS` robust standard deviations (1.4826 x the median absolute
+deviation of the step times) and by more than :data:`OUTLIER_MIN_PCT` percent of the median:
+the robust rule follows the job's own noise, the floor keeps a very regular job's small
+wobbles out. Fewer than 3 steps have no outliers. Its **cause** is what grew most against the
+typical step of the same rank (the median of that rank's steps, category by category):
+compute, memory, device idle or host gap on one rank, or communication on every rank of the
+step (a rank whose collectives wait for a late peer grows in communication too: that is the
+late rank's doing, so communication names a cause only when it grew everywhere). A trace
+without device activity (host-only) has no breakdown: its cause is the critical-path category
+and rank that grew most.
+
+**A finding is in a step** when the step's span shares at least :data:`SEEN_MIN_SHARE` of the
+shorter of the two with the finding's window (:meth:`JobSteps.seen`), so a stall that starts
+just before a step boundary is in one step, not two.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tracediag.analysis.temporal_breakdown import breakdown_of_codes, device_activity
+from tracediag.graph.dependencies import Graph
+from tracediag.model import schema as S
+from tracediag.model.path_categories import CATEGORIES as PATH_CATEGORIES
+from tracediag.model.units import fmt_ns
+
+#: An outlier is slower than the median by more than this many robust standard deviations...
+OUTLIER_SIGMAS = 3.0
+#: ... and by more than this percentage of the median.
+OUTLIER_MIN_PCT = 20.0
+OUTLIER_RULE = (
+    f"slower than the median step by more than {OUTLIER_SIGMAS:g} robust standard deviations"
+    f" (1.4826 x the median absolute deviation) and by more than {OUTLIER_MIN_PCT:g}% of the"
+    " median; none with fewer than 3 steps"
+)
+#: A finding is in a step when they share this much of the shorter of the two (steps.seen).
+SEEN_MIN_SHARE = 0.05
+#: Breakdown columns of a rank's step (ns), as the report names them.
+BREAKDOWN = ("compute", "communication", "memory", "idle")
+#: What a cause may name, from the breakdown: the column and the words for it.
+_CAUSE_LABEL = {
+    "compute": "compute",
+    "communication": "communication on every rank",
+    "memory": "memory copies",
+    "idle": "device idle between its work",
+    "host_gap": "host gap (device idle before its first or after its last work in the step)",
+}
+
+
+def rank_steps(trace: S.Trace, graph: Graph) -> pd.DataFrame:
+    """One row per (rank, step), in rank then time order: ``rank``, ``number`` (the trace's step
+    number; NaN for a rank without numbered steps, whose one step is its window), ``start_ns``,
+    ``end_ns`` and ``step_ns`` (see the module docstring)."""
+    ev = trace.events
+    step = ev[S.STEP].to_numpy(dtype=np.float64) if S.STEP in ev and len(ev) else np.empty(0)
+    has = np.flatnonzero(np.isfinite(step))
+    parts = []
+    numbered: set[int] = set()
+    if len(has):
+        start = ev[S.TS].to_numpy()[has]
+        end = start + ev[S.DUR].to_numpy()[has]
+        host_track = trace.tracks[S.TRACK_KIND].astype(str).to_numpy() == "cpu_thread"
+        on_host = host_track[ev[S.TRACK].to_numpy()[has]]
+        kinds, kind_code = S.text_codes(ev[S.KIND])
+        marker = np.append(np.asarray(kinds, dtype=object) == "marker", True)[kind_code[has]]
+        lowest, highest = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+        frame = pd.DataFrame(
+            {
+                "rank": ev[S.RANK].to_numpy()[has].astype(np.int64),
+                "number": step[has],
+                "start_ns": start,
+                "last_ns": end,
+                # Host work: not its annotations (a Python frame such as the profiler's own
+                # last step() call may run on long after the step).
+                "host_last_ns": np.where(on_host & ~marker, end, lowest),
+                "host_start_ns": np.where(on_host, start, highest),
+                "work": ~marker,
+            }
+        )
+        keys = ["rank", "number"]
+        g = frame.groupby(keys, sort=False).agg(
+            start_ns=("start_ns", "min"),
+            last_ns=("last_ns", "max"),
+            host_last_ns=("host_last_ns", "max"),
+            host_first=("host_start_ns", "idxmin"),
+            work=("work", "sum"),
+        )
+        # The range that opens the step on the host (its ProfilerStep#N) ends it too.
+        opening = frame["last_ns"].to_numpy()[g["host_first"].to_numpy()]
+        opens_on_host = frame["host_start_ns"].to_numpy()[g["host_first"].to_numpy()] < highest
+        g["host_last_ns"] = np.maximum(g["host_last_ns"], np.where(opens_on_host, opening, lowest))
+        g = g.reset_index()
+        # A step of nothing but its marker (the ProfilerStep that prof.stop() closes at once)
+        # is no step, unless the rank has no other.
+        busy = g.groupby("rank")["work"].transform("max") > 0
+        g = g[(g["work"] > 0) | ~busy]
+        g = g.sort_values(["rank", "start_ns"], kind="stable", ignore_index=True)
+        rank = g["rank"].to_numpy()
+        number = g["number"].to_numpy()
+        nxt_same = np.r_[rank[1:] == rank[:-1], False]
+        nxt_number = np.r_[number[1:], np.nan]
+        nxt_start = np.r_[g["start_ns"].to_numpy()[1:], 0]
+        # Tile the run: up to the next step's start when it is the next number. Without one,
+        # to the end of its host work where it has any: the host's clock, as the tiling's
+        # (its device work ends later by the queue the host ran ahead with, which each earlier
+        # step passed on to the next), else to the end of its own events.
+        host_last = g["host_last_ns"].to_numpy()
+        own_end = np.where(host_last > lowest, host_last, g["last_ns"].to_numpy())
+        follows = nxt_same & (nxt_number == number + 1)
+        g["end_ns"] = np.where(follows, nxt_start, own_end)
+        parts.append(g[["rank", "number", "start_ns", "end_ns"]])
+        numbered = set(np.unique(rank).tolist())
+    window = _window_rows(graph)
+    window = window[~window["rank"].isin(numbered)]
+    if len(window):
+        parts.append(window)
+    if not parts:
+        return pd.DataFrame(
+            {
+                "rank": pd.Series(dtype="int64"),
+                "number": pd.Series(dtype="float64"),
+                "start_ns": pd.Series(dtype="int64"),
+                "end_ns": pd.Series(dtype="int64"),
+                "step_ns": pd.Series(dtype="int64"),
+            }
+        )
+    out = pd.concat(parts, ignore_index=True)
+    out = out.sort_values(["rank", "start_ns"], kind="stable", ignore_index=True)
+    out = out.astype({"rank": "int64", "start_ns": "int64", "end_ns": "int64"})
+    out["step_ns"] = out["end_ns"] - out["start_ns"]
+    return out
+
+
+def _window_rows(graph: Graph) -> pd.DataFrame:
+    """Per rank with nodes in the graph's window: one unnumbered step, first start to last end."""
+    ok = (graph.rank >= 0) & graph.window
+    frame = pd.DataFrame(
+        {"rank": graph.rank[ok], "start_ns": graph.start[ok], "end_ns": graph.end[ok]}
+    )
+    g = frame.groupby("rank").agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
+    g = g.reset_index()
+    g.insert(1, "number", np.nan)
+    return g
+
+
+def per_rank_typical(by_rank: pd.DataFrame) -> tuple[dict[int, int], dict[int, int]]:
+    """Per rank: its typical step (the median of its step times) and its number of steps."""
+    if not len(by_rank):
+        return {}, {}
+    g = by_rank.groupby("rank")["step_ns"]
+    median, count = g.median(), g.size()
+    return (
+        {int(r): int(round(v)) for r, v in median.items()},
+        {int(r): int(n) for r, n in count.items()},
+    )
+
+
+@dataclass
+class JobSteps:
+    """The job's steps (see the module docstring). Times are aligned ns.
+
+    ``table``: one row per job step in time order (its ``index`` 0..n-1): ``number`` (NaN
+    without step numbers), ``start_ns``, ``end_ns``, ``span_ns``, ``step_ns`` (the median of
+    the ranks' own step times; the span without step numbers), the critical path's ns per
+    category inside the step (``path_<category>_ns``), ``outlier`` and ``cause`` (a dict, or
+    None). ``by_rank``: one row per (step, rank): ``step`` (the job step's index), ``rank``,
+    ``start_ns``, ``end_ns``, ``step_ns`` and the breakdown ``compute_ns``,
+    ``communication_ns``, ``memory_ns``, ``idle_ns`` (summing to ``step_ns``), ``host_gap_ns``
+    and ``device`` (whether the rank has device activity at all; else no breakdown).
+    """
+
+    table: pd.DataFrame
+    by_rank: pd.DataFrame
+    marked: bool  # the trace numbers its steps (else one step: the window)
+
+    @property
+    def n(self) -> int:
+        return len(self.table)
+
+    @property
+    def times(self) -> np.ndarray:
+        return self.table["step_ns"].to_numpy(dtype=np.int64)
+
+    @property
+    def typical_ns(self) -> int:
+        """The median step time (0 without steps)."""
+        return int(round(float(np.median(self.times)))) if self.n else 0
+
+    def summary(self) -> dict:
+        """The report's ``step_summary``."""
+        t = self.times
+        above = outlier_threshold(t.astype(np.float64))
+        path = {
+            c: int(round(float(np.median(self.table[f"path_{c}_ns"])))) if self.n else 0
+            for c in PATH_CATEGORIES
+        }
+        return {
+            "n": self.n,
+            "marked": self.marked,
+            "typical_ns": self.typical_ns,
+            "p90_ns": int(round(float(np.percentile(t, 90)))) if self.n else 0,
+            "max_ns": int(t.max()) if self.n else 0,
+            "min_ns": int(t.min()) if self.n else 0,
+            "mean_ns": int(round(float(t.mean()))) if self.n else 0,
+            "critical_path_ns": path,
+            "outliers": self.table.index[self.table["outlier"]].tolist(),
+            "outlier_above_ns": None if above is None else int(round(above)),
+            "outlier_rule": OUTLIER_RULE,
+        }
+
+    def to_dicts(self) -> list[dict]:
+        """The report's ``steps`` array, one object per step (a handful of ranks each)."""
+        ranks: dict[int, list[dict]] = {}
+        br = self.by_rank
+        cols = [br[c].to_numpy() for c in ("step", "rank", "start_ns", "end_ns", "step_ns")]
+        parts = np.stack([br[f"{c}_ns"].to_numpy() for c in BREAKDOWN], axis=1)
+        gap = br["host_gap_ns"].to_numpy()
+        device = br["device"].to_numpy()
+        for i, (s, r, a, b, d) in enumerate(zip(*cols, strict=True)):  # one per (step, rank)
+            ranks.setdefault(int(s), []).append(
+                {
+                    "rank": int(r),
+                    "start_ns": int(a),
+                    "end_ns": int(b),
+                    "step_time_ns": int(d),
+                    "breakdown_ns": (
+                        dict(zip(BREAKDOWN, map(int, parts[i]), strict=True)) if device[i] else {}
+                    ),
+                    "host_gap_ns": int(gap[i]) if device[i] else None,
+                }
+            )
+        out = []
+        t = self.table
+        for i, row in enumerate(t.itertuples(index=False)):  # one per step
+            number = row.number
+            out.append(
+                {
+                    "index": i,
+                    "number": None if number != number else int(number),
+                    "start_ns": int(row.start_ns),
+                    "end_ns": int(row.end_ns),
+                    "span_ns": int(row.span_ns),
+                    "step_time_ns": int(row.step_ns),
+                    "ranks": ranks.get(i, []),
+                    "critical_path_ns": {
+                        c: int(getattr(row, f"path_{c}_ns")) for c in PATH_CATEGORIES
+                    },
+                    "outlier": bool(row.outlier),
+                    "cause": row.cause,
+                }
+            )
+        return out
+
+    def seen(self, start_ns, end_ns) -> np.ndarray:
+        """Per window ``[start_ns[i], end_ns[i])`` (a finding's): in how many steps it occurs,
+        counting a step whose span shares at least :data:`SEEN_MIN_SHARE` of the shorter of the
+        two with it, so a window that ends just past a step boundary is not in the next step.
+        A zero-length window at t is in the steps holding t."""
+        s = np.asarray(start_ns, dtype=np.int64)
+        e = np.maximum(np.asarray(end_ns, dtype=np.int64), s + 1)
+        t = self.table  # in start order
+        item, win, a, b = _overlap_pairs(s, e, t["start_ns"].to_numpy(), t["end_ns"].to_numpy())
+        shorter = np.minimum(e[item] - s[item], t["span_ns"].to_numpy()[win])
+        counts = (b - a) >= SEEN_MIN_SHARE * shorter
+        return np.bincount(item[counts], minlength=len(s))
+
+
+def job_steps(trace: S.Trace, by_rank: pd.DataFrame, path_segments: pd.DataFrame) -> JobSteps:
+    """The job's steps from :func:`rank_steps`' rows and the critical path's segments."""
+    marked = bool(by_rank["number"].notna().any()) if len(by_rank) else False
+    br = by_rank[by_rank["number"].notna()] if marked else by_rank
+    key = br["number"].fillna(-1.0)
+    g = br.groupby(key.to_numpy(), sort=False).agg(
+        start_ns=("start_ns", "min"), end_ns=("end_ns", "max")
+    )
+    g = g.rename_axis("number").reset_index().sort_values("start_ns", kind="stable")
+    table = g.reset_index(drop=True)
+    if not marked:
+        table["number"] = np.nan
+    table["span_ns"] = table["end_ns"] - table["start_ns"]
+    # Each rank's row names its job step (matched by number; the one step without numbers).
+    index_of = pd.Series(np.arange(len(table)), index=g["number"].to_numpy())
+    br = br.assign(step=index_of.loc[key.to_numpy()].to_numpy()).reset_index(drop=True)
+    if marked:
+        median = br.groupby("step")["step_ns"].median().reindex(table.index)
+        table["step_ns"] = np.round(median.to_numpy()).astype(np.int64)
+    else:
+        table["step_ns"] = table["span_ns"]
+    br = _with_breakdown(trace, br)
+    br = br.sort_values(["step", "rank"], kind="stable", ignore_index=True)
+    path = _path_in_steps(path_segments, table)
+    for c in PATH_CATEGORIES:
+        table[f"path_{c}_ns"] = path.groupby("step")[c].sum().reindex(table.index, fill_value=0)
+    table["outlier"] = _outliers(table["step_ns"].to_numpy(dtype=np.float64))
+    table["cause"] = None
+    causes = _causes(table, br, path)
+    table["cause"] = [causes.get(i) for i in range(len(table))]
+    return JobSteps(table=table, by_rank=br, marked=marked)
+
+
+def _overlap_pairs(start, end, win_start, win_end):
+    """Pairs (item, window) of overlapping intervals, with the overlap's bounds, for windows
+    sorted by start: an item's candidates are the windows from the first whose running
+    maximum end passes its start to the last starting before its end (one searchsorted each,
+    then one repeat: no loop over items)."""
+    start, end = np.asarray(start, np.int64), np.asarray(end, np.int64)
+    win_start, win_end = np.asarray(win_start, np.int64), np.asarray(win_end, np.int64)
+    if not len(start) or not len(win_start):
+        empty = np.empty(0, np.int64)
+        return empty, empty, empty, empty
+    reach = np.maximum.accumulate(win_end)
+    lo = np.searchsorted(reach, start, side="right")
+    hi = np.searchsorted(win_start, end, side="left")
+    count = np.maximum(hi - lo, 0)
+    item = np.repeat(np.arange(len(start)), count)
+    first = np.cumsum(count) - count
+    win = lo[item] + np.arange(int(count.sum())) - first[item]
+    s = np.maximum(start[item], win_start[win])
+    e = np.minimum(end[item], win_end[win])
+    keep = e > s
+    return item[keep], win[keep], s[keep], e[keep]
+
+
+def _with_breakdown(trace: S.Trace, br: pd.DataFrame) -> pd.DataFrame:
+    """``br`` with each rank's step's breakdown: the device activity clipped to the step, by
+    temporal_breakdown's own unions, with the step as the window."""
+    rank, start, end, code = device_activity(trace)
+    groups, starts, ends, codes = [], [], [], []
+    b_rank = br["rank"].to_numpy()
+    for r in np.unique(rank).tolist():  # a loop over ranks, not events
+        rows = np.flatnonzero(b_rank == r)
+        if not len(rows):
+            continue
+        order = rows[np.argsort(br["start_ns"].to_numpy()[rows], kind="stable")]
+        mine = np.flatnonzero(rank == r)
+        item, win, s, e = _overlap_pairs(
+            start[mine], end[mine], br["start_ns"].to_numpy()[order], br["end_ns"].to_numpy()[order]
+        )
+        groups.append(order[win])
+        starts.append(s)
+        ends.append(e)
+        codes.append(code[mine][item])
+    out = br.copy()
+    step = out["step_ns"].to_numpy()
+    if groups:
+        bd = breakdown_of_codes(
+            np.concatenate(groups), np.concatenate(starts), np.concatenate(ends),
+            np.concatenate(codes),
+        )  # fmt: skip
+        bd = bd.reindex(np.arange(len(out)), fill_value=0)
+    else:
+        bd = pd.DataFrame(0, index=np.arange(len(out)), columns=["total_ns"])
+    for c in ("compute", "communication", "memory"):
+        out[f"{c}_ns"] = bd[f"{c}_ns"].to_numpy() if f"{c}_ns" in bd else 0
+    busy = out["compute_ns"] + out["communication_ns"] + out["memory_ns"]
+    out["idle_ns"] = step - busy.to_numpy()
+    out["host_gap_ns"] = step - bd["total_ns"].to_numpy()  # outside first..last activity
+    out["device"] = out["rank"].isin(np.unique(rank)).to_numpy()
+    return out
+
+
+def _path_in_steps(seg: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """ns of the critical path per (step, rank of the segment; -1: none) and category."""
+    cols = ["step", "rank", *PATH_CATEGORIES]
+    if not len(seg) or not len(table):
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
+    order = np.argsort(seg["start_ns"].to_numpy(), kind="stable")
+    s0 = seg["start_ns"].to_numpy()[order]
+    e0 = seg["end_ns"].to_numpy()[order]
+    step, win, s, e = _overlap_pairs(
+        table["start_ns"].to_numpy(), table["end_ns"].to_numpy(), s0, e0
+    )
+    cat = pd.Categorical(seg["category"].astype(str), categories=list(PATH_CATEGORIES))
+    frame = pd.DataFrame(
+        {
+            "step": step,
+            "rank": seg["rank"].to_numpy()[order][win],
+            "category": np.asarray(cat.codes)[order][win],
+            "ns": e - s,
+        }
+    )
+    wide = frame.pivot_table(
+        index=["step", "rank"], columns="category", values="ns", aggfunc="sum", fill_value=0
+    )
+    wide = wide.reindex(columns=range(len(PATH_CATEGORIES)), fill_value=0)
+    wide.columns = list(PATH_CATEGORIES)
+    return wide.reset_index()
+
+
+def outlier_threshold(t: np.ndarray) -> float | None:
+    """The step time above which a step is an outlier (the module docstring's rule); None
+    with fewer than 3 steps."""
+    if len(t) < 3:
+        return None
+    median = float(np.median(t))
+    sigma = 1.4826 * float(np.median(np.abs(t - median)))
+    return median + max(OUTLIER_SIGMAS * sigma, OUTLIER_MIN_PCT / 100.0 * median)
+
+
+def _outliers(t: np.ndarray) -> np.ndarray:
+    """Per step: slower than the outlier threshold."""
+    above = outlier_threshold(t)
+    return t > above if above is not None else np.zeros(len(t), dtype=bool)
+
+
+def _causes(table: pd.DataFrame, br: pd.DataFrame, path: pd.DataFrame) -> dict[int, dict]:
+    """Per outlier step (index): what grew most against the typical step (module docstring)."""
+    outliers = np.flatnonzero(table["outlier"].to_numpy())
+    if not len(outliers):
+        return {}
+    typical = float(np.median(table["step_ns"]))
+    if br["device"].any():
+        growth = _breakdown_growth(br[br["device"]])
+        source = "breakdown"
+    else:
+        growth = _path_growth(path)
+        source = "critical_path"
+    out = {}
+    for i in outliers.tolist():  # a few outlier steps
+        excess = int(table["step_ns"].iat[i] - typical)
+        mine = growth[growth["step"] == i]
+        best = mine.loc[mine["grew_ns"].idxmax()] if len(mine) else None
+        if best is None or best["grew_ns"] <= 0:
+            out[i] = {
+                "category": "skew",
+                "rank": None,
+                "grew_ns": 0,
+                "excess_ns": excess,
+                "source": source,
+                "text": "no rank's own step grew: the ranks' steps are offset from each other",
+            }
+            continue
+        rank = None if best["rank"] < 0 else int(best["rank"])
+        category = str(best["category"])
+        label = _CAUSE_LABEL.get(category, f"critical path {category.replace('_', ' ')}")
+        where = f" on rank {rank}" if rank is not None else ""
+        out[i] = {
+            "category": category,
+            "rank": rank,
+            "grew_ns": int(best["grew_ns"]),
+            "excess_ns": excess,
+            "source": source,
+            "text": f"{label} +{fmt_ns(best['grew_ns'])}{where}",
+        }
+    return out
+
+
+def _breakdown_growth(br: pd.DataFrame) -> pd.DataFrame:
+    """Per (step, rank or -1, category): ns above the rank's median step in that category;
+    communication once per step, its least growth over the step's ranks."""
+    value = pd.DataFrame(
+        {
+            "step": br["step"].to_numpy(),
+            "rank": br["rank"].to_numpy(),
+            "compute": br["compute_ns"].to_numpy(),
+            "communication": br["communication_ns"].to_numpy(),
+            "memory": br["memory_ns"].to_numpy(),
+            "idle": (br["idle_ns"] - br["host_gap_ns"]).to_numpy(),
+            "host_gap": br["host_gap_ns"].to_numpy(),
+        }
+    )
+    cats = ["compute", "communication", "memory", "idle", "host_gap"]
+    typical = value.groupby("rank")[cats].transform("median")
+    grew = value[cats] - typical
+    grew[["step", "rank"]] = value[["step", "rank"]]
+    comm = grew.groupby("step")["communication"].min()
+    own = grew.drop(columns="communication").melt(
+        id_vars=["step", "rank"], var_name="category", value_name="grew_ns"
+    )
+    every = pd.DataFrame(
+        {"step": comm.index, "rank": -1, "category": "communication", "grew_ns": comm.to_numpy()}
+    )
+    return pd.concat([own, every], ignore_index=True)
+
+
+def _path_growth(path: pd.DataFrame) -> pd.DataFrame:
+    """Per (step, rank, path category): ns above that rank's and category's median step."""
+    if not len(path):
+        return pd.DataFrame(columns=["step", "rank", "category", "grew_ns"])
+    n_steps = int(path["step"].max()) + 1
+    long = path.melt(id_vars=["step", "rank"], var_name="category", value_name="ns")
+    # Every (step, rank, category), zeros included, so a median counts steps without it.
+    full = pd.MultiIndex.from_product(
+        [range(n_steps), np.unique(long["rank"]), list(PATH_CATEGORIES)],
+        names=["step", "rank", "category"],
+    )
+    ns = long.groupby(["step", "rank", "category"])["ns"].sum().reindex(full, fill_value=0)
+    typical = ns.groupby(level=["rank", "category"]).transform("median")
+    return (ns - typical).rename("grew_ns").reset_index()
