@@ -4,9 +4,14 @@ TensorBoard layout ``<logdir>/plugins/profile/<run>/<host>.xplane.pb``.
 Ranks: every device plane (``/device:GPU:k``, ``/device:TPU:k``, ``/device:CUSTOM:k``) with
 events is a rank, numbered by its ordinal k; with several host files of one run, each file's
 devices follow the previous file's (files in natural name order). Host planes (``/host:CPU``)
-hold the threads of the process that drove those devices: their events go to the file's first
-device rank (a CPU-only profile is rank 0). Their ranks are ``rank_source = "default"``, so
-files given together are renumbered rather than rejected when ordinals repeat.
+hold the threads of the process that drove those devices. A host line (thread) goes to the
+device its launches reach (by ``correlation_id``; most of them, if several); a line that
+launches nothing (the Python thread, which dispatches through the launch threads) goes to the
+device with the most non-copy launches, the one that computes: a device that only receives
+copies is not where the program's host time waits. A CPU-only profile is rank 0. The ranks
+are ``rank_source = "default"``, so files given together are renumbered rather than rejected
+when ordinals repeat. The devices of one file are on its host's clock (the profiler converts
+device times to host time): they share one ``clock_domain`` and need no alignment.
 
 Tracks are lines. On a device plane: stream lines (``Stream #7(...)``) are ``gpu_stream``
 tracks of kernels (``compute``; memcpy/memset ``dma``; NCCL/RCCL kernels and XLA collective ops
@@ -36,7 +41,7 @@ from tracediag.parsers.perfetto_sniff import first_record_fields, head
 from tracediag.parsers.perfetto_stream import FramingError, scan_records
 from tracediag.parsers.protos.xplane_pb2 import XPlane, XSpace
 from tracediag.parsers.xplane_events import plane_table
-from tracediag.parsers.xplane_part import DEVICE_PLANE, device_part, host_frame
+from tracediag.parsers.xplane_part import DEVICE_PLANE, device_part, host_frame, host_owners
 
 FORMAT = "xplane"
 
@@ -130,14 +135,22 @@ def _read_file(path: Path, first_rank: int) -> list[RankPart]:
     if not devices and not hosts:
         raise TraceInputError(path, "no events (the XSpace holds no timeline lines)")
     ordinals = sorted(devices) or [0]
-    host_rank = first_rank + ordinals[0]
+    owner = host_owners(hosts, devices, ordinals[0])
+    domain = f"host {space.hostnames[0]}" if space.hostnames else f"xspace {path}"
     parts = []
     for ordinal in ordinals:
         planes = devices.get(ordinal, [])
         rank = first_rank + ordinal
         meta = S.RankMeta(rank=rank, sources=[str(path)], format=FORMAT)
-        meta.info.update(rank_source="default", hostnames=list(space.hostnames))
-        host = host_frame(hosts, meta) if rank == host_rank else None
+        meta.info.update(
+            rank_source="default", hostnames=list(space.hostnames), clock_domain=domain
+        )
+        mine = [
+            (plane, table[rows == ordinal])
+            for (plane, table), rows in zip(hosts, owner, strict=True)
+        ]
+        mine = [(plane, table) for plane, table in mine if len(table)]
+        host = host_frame(mine, meta) if mine else None
         parts.append(device_part(meta, planes, host))
     for reason, n in counts.items():
         parts[0].meta.count(reason, n)

@@ -168,8 +168,11 @@ def _whole(value) -> bool:
 
 
 def detail_bytes(details: np.ndarray) -> np.ndarray:
-    """``size:N`` of ``memcpy_details``/``memset_details`` texts (NaN where absent)."""
+    """``size:N`` of ``memcpy_details``/``memset_details`` texts (NaN where absent, and where
+    ``size:0``: ROCm's profiler writes ``kind:Unknown size:0`` when it did not capture the
+    copy, and a copy that takes time moves bytes)."""
     text = pd.Series(details, dtype=object)
-    return pd.to_numeric(
+    size = pd.to_numeric(
         text.str.extract(_SIZE_IN_DETAILS, expand=False), errors="coerce"
     ).to_numpy(dtype=np.float64)
+    return np.where(size > 0, size, np.nan)

@@ -162,6 +162,58 @@ def host_frame(hosts: list[tuple], meta: S.RankMeta) -> pd.DataFrame | None:
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
+def host_owners(hosts: list[tuple], devices: dict[int, list], default: int) -> list[np.ndarray]:
+    """Per host plane ``(plane, table)``: the device ordinal each of its events goes to.
+
+    A line goes to the device most of its launches reach (the device events with its events'
+    ``correlation_id``); a line that launches nothing goes to the device with the most launches
+    that are not copies (host calls named memcpy/memset), the one that computes, else to
+    ``default``."""
+    corr, ordinal = [], []
+    for k, planes in devices.items():  # a loop over device planes
+        for _, table, _ in planes:
+            c = _stat(table, "correlation_id").astype(np.int64)
+            corr.append(c[c >= 0])
+            ordinal.append(np.full(int((c >= 0).sum()), k, dtype=np.int64))
+    device_of = (
+        pd.Series(np.concatenate(ordinal), index=np.concatenate(corr))
+        if corr
+        else pd.Series([], dtype=np.int64)
+    )
+    device_of = device_of[~device_of.index.duplicated()]
+    launches = []  # (plane index, line, device, is a copy) per launch
+    for i, (_, table) in enumerate(hosts):  # a loop over host planes
+        c = _stat(table, "correlation_id").astype(np.int64)
+        target = device_of.reindex(c).to_numpy(dtype=np.float64)
+        hit = np.isfinite(target)
+        copy = pd.Series(table["name"].to_numpy(dtype=object)[hit], dtype=object)
+        launches.append(
+            pd.DataFrame(
+                {
+                    "plane": i,
+                    "line": table["line"].to_numpy()[hit],
+                    "device": target[hit].astype(np.int64),
+                    "copy": copy.fillna("").astype(str).str.contains(_COPY).to_numpy(bool),
+                }
+            )
+        )
+    found = pd.concat(launches, ignore_index=True) if launches else pd.DataFrame()
+    computing = default
+    if len(found) and (~found["copy"]).any():
+        computing = int(found.loc[~found["copy"], "device"].value_counts().idxmax())
+    out = []
+    for i, (_, table) in enumerate(hosts):
+        mine = found[found["plane"] == i] if len(found) else found
+        by_line = (
+            mine.groupby("line")["device"].agg(lambda d: d.value_counts().idxmax())
+            if len(mine)
+            else pd.Series(dtype=np.int64)
+        )  # one value per line, not per event
+        line = table["line"].to_numpy()
+        out.append(by_line.reindex(line).fillna(computing).to_numpy(dtype=np.int64))
+    return out
+
+
 def device_part(meta: S.RankMeta, planes: list[tuple], host: pd.DataFrame | None) -> RankPart:
     """One rank from its device planes (``(plane, table, plane stats, kind)``) and, for the
     file's first rank, its host events."""

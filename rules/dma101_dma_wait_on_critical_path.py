@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
-from tracediag.analysis.dma import typical_bandwidth
-from tracediag.analysis.hardware import credible_peak
-from tracediag.analysis.path_runs import runs
 from tracediag.engine.rule import Rule, severity_by_saving
 from tracediag.model.findings import Severity
 from tracediag.model.units import fmt_bw, fmt_ns
-from tracediag.model.wording import engine_label
-from tracediag.whatif import dma_restore as dma_whatif
+from tracediag.model.wording import dma_source, engine_label, typical_pace
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
 
 
 class DmaWaitOnCriticalPath(Rule):
@@ -48,6 +47,14 @@ class DmaWaitOnCriticalPath(Rule):
     def check(self, ctx, opts):
         # A finding's impact is part of the path's DMA time: when all of it is below the
         # threshold, no group of runs reaches it (and no DMA table is needed).
+        import numpy as np
+
+        from tracediag.analysis.dma import MEMSET, QUEUE, direction_peak, typical_bandwidth
+        from tracediag.analysis.hardware import credible_peak
+        from tracediag.analysis.path_runs import runs
+        from tracediag.whatif import dma_restore as dma_whatif
+        from tracediag.whatif.saving_limit import limit_clause
+
         if ctx.pct(ctx.path_ns("dma_wait", "dma_transfer")) < opts["min_impact_pct"]:
             return
         # The path's own columns are all ``runs`` reads (a narrower frame to slice).
@@ -57,20 +64,26 @@ class DmaWaitOnCriticalPath(Rule):
         seg = ctx.segments.reset_index(drop=True)
         typical = usual_wait = None  # computed for the first group that reaches the threshold
         dma_runs = _describe(dma_runs, seg, ctx.dma)
-        for (rank, queue, layer), grp in dma_runs.groupby(
-            ["rank", "queue", "layer"], dropna=False, sort=False
+        # A memset writes memory and moves nothing: it is memory time, not a transfer to
+        # compare with a queue's pace or a link's peak.
+        dma_runs = dma_runs[(dma_runs["direction"] != MEMSET).to_numpy()]
+        for (rank, queue, direction, layer), grp in dma_runs.groupby(
+            ["rank", "queue", "direction", "layer"], dropna=False, sort=False
         ):
             impact = int(grp["ns"].sum())
             if ctx.pct(impact) < opts["min_impact_pct"]:
                 continue
             if typical is None:
-                typical = typical_bandwidth(ctx.dma, opts["min_bytes_typical"])
+                # Per queue and direction: host copies and device copies of one GPU stream
+                # run at PCIe and HBM speeds.
+                typical = typical_bandwidth(ctx.dma, opts["min_bytes_typical"], by_direction=True)
                 usual_wait = dma_whatif.typical_trigger_wait(ctx)
             rows = _cause_rows(ctx, int(rank), queue, layer, grp)
-            typ = float(typical.get(queue, np.nan))
+            rows = rows[(rows["direction"] == direction).to_numpy()]
+            typ = float(typical.get((queue, direction), np.nan))
             ranks = _affected_ranks(ctx, rows, typ, opts["slow_ratio"], int(rank))
             fix_rows = ctx.dma[_same_transfers(ctx.dma, rows) & ctx.dma["rank"].isin(ranks)]
-            change = dma_whatif.restore(ctx, fix_rows, typical, trigger_wait=usual_wait)
+            change = dma_whatif.restore(ctx, fix_rows, typ, trigger_wait=usual_wait)
             saving = ctx.what_if(change)
             known = rows["bytes"].notna()
             achieved = (
@@ -78,8 +91,10 @@ class DmaWaitOnCriticalPath(Rule):
                 if known.any()
                 else float("nan")
             )
-            hwp = ctx.hardware.get(int(rank))
-            peak = credible_peak(hwp.dma_queue_bw if hwp is not None else None, achieved, typ)
+            # The peak of the path these bytes take (PCIe, HBM, NVLink, the DMA queue), and
+            # only where neither this transfer nor the queue's typical pace is above it.
+            peak, peak_kind = direction_peak(ctx.hardware.get(int(rank)), direction)
+            peak = credible_peak(peak, achieved, typ)
             peak_saving = (
                 ctx.what_if(dma_whatif.restore(ctx, fix_rows, peak, trigger_wait=usual_wait))
                 if np.isfinite(peak)
@@ -89,26 +104,45 @@ class DmaWaitOnCriticalPath(Rule):
             engine = str(waiter.iloc[0]) if len(waiter) else ""
             wait_ns = int(grp["ns_dma_wait"].sum())
             layer_txt = f" feeding {layer}" if isinstance(layer, str) and layer else ""
+            # A GPU stream's copies of one direction, or a DMA engine's queue.
+            on_stream = direction != QUEUE
             tensor = _slowest_tensor(rows)
-            if tensor:
+            if tensor and not on_stream:  # a GPU copy's name is its kind, said in ``source``
                 layer_txt += f" (tensor {tensor})"
             sev = severity_by_saving(ctx.pct(saving), opts, self.severity)
-            # A GPU's copies run on a stream, not a DMA queue.
-            source = (
-                f"copies on {queue}" if str(queue).startswith("stream") else f"DMA queue {queue}"
-            )
+            pace = typical_pace(direction, on_stream)
+            rate = fmt_bw(achieved) if np.isfinite(achieved) else "an unknown rate"
+            if not np.isfinite(typ):
+                pace_txt = (
+                    f"at {rate} (the sizes are not recorded, so no pace can be compared: "
+                    "prefetching these transfers so they overlap compute is what would "
+                    "shorten the step)."
+                )
+            else:
+                small = ctx.pct(saving) < opts["at_pace_saving_pct"]
+                # A group at or above the typical pace: only its slower transfers are restored.
+                slow = _below(rows, typ) if achieved >= typ else None
+                slow = slow if slow and slow[0] else None  # none slower: already at the pace
+                at_pace = achieved >= opts["slow_ratio"] * typ
+                # Slow transfers whose restoring saves little: the replay says what holds.
+                why = (
+                    limit_clause(ctx, change, int(saving), impact) if small and not at_pace else ""
+                )
+                pace_txt = f"at {rate}, {_against(achieved, typ, opts['slow_ratio'])} {pace} ({fmt_bw(typ)}). " + (
+                    _what_if_text(
+                        small, saving, peak, peak_saving, peak_kind,
+                        pace=pace, slow=slow, at_pace=at_pace, why=why,
+                    )
+                )  # fmt: skip
             yield ctx.finding(
                 self,
                 severity=sev,
                 message=(
                     f"The {engine_label(engine)} of rank {rank} waited {fmt_ns(impact)} "
-                    f"({ctx.pct(impact)}% of the step) on the critical path for {source}{layer_txt}: "
-                    f"{fmt_ns(wait_ns)} queued after its trigger and {fmt_ns(impact - wait_ns)} transferring "
-                    f"at {fmt_bw(achieved) if np.isfinite(achieved) else 'an unknown rate'} "
-                    f"(the queue's typical {fmt_bw(typ) if np.isfinite(typ) else 'unknown'}). "
-                    + _what_if_text(
-                        ctx.pct(saving) < opts["at_pace_saving_pct"], saving, peak, peak_saving
-                    )
+                    f"({ctx.pct(impact)}% of the step) on the critical path for "
+                    f"{dma_source(queue, direction, on_stream)}{layer_txt}: "
+                    f"{fmt_ns(wait_ns)} queued after its trigger and {fmt_ns(impact - wait_ns)} "
+                    f"transferring {pace_txt}"
                 ),
                 ranks=tuple(ranks),
                 engine=engine,
@@ -124,40 +158,102 @@ class DmaWaitOnCriticalPath(Rule):
                 evidence={
                     "dma_wait_ns": wait_ns,
                     "dma_transfer_ns": impact - wait_ns,
-                    "bytes": float(rows["bytes"].sum()),
+                    "bytes": float(rows["bytes"].sum()) if known.any() else None,
+                    "direction": direction,
                     "transfers": len(rows),
                     "tensor": tensor,
                     "achieved_bw": achieved,
                     "typical_bw": typ,
                     "peak_bw": peak if np.isfinite(peak) else None,
+                    "peak_kind": peak_kind if np.isfinite(peak) else "",
                     "peak_saving_ns": peak_saving,
                     "events": rows["event"].head(20).tolist(),
                 },
             )
 
 
-def _what_if_text(at_pace: bool, saving: int, peak: float, peak_saving: int | None) -> str:
-    """The what-if sentence: the saving at the queue's typical pace, or, when that is next to
-    nothing, why (already at that pace) and the gap to the hardware's peak."""
-    if not at_pace:
-        return (
-            "Restored to the queue's typical bandwidth and queueing the step would be "
-            f"{fmt_ns(saving)} shorter."
-        )
+def _against(achieved: float, typical: float, slow_ratio: float) -> str:
+    """How the group's own bandwidth compares with the typical it would be restored to."""
+    import numpy as np
+
+    if not np.isfinite(achieved):
+        return "against"
+    if achieved >= typical:
+        return "above" if achieved > typical else "at"
+    return "close to" if achieved >= slow_ratio * typical else "below"
+
+
+def _below(rows: pd.DataFrame, typical: float) -> tuple[int, int, float]:
+    """Of ``rows``' transfers of known size: how many run below ``typical``, out of how many,
+    and those slow ones' own bandwidth (their bytes over their time)."""
+    import numpy as np
+
+    known = rows[rows["bytes"].notna()]
+    slow = known[(known["bw"] < typical).to_numpy()]
+    bw = float(slow["bytes"].sum() / max(slow["dur"].sum(), 1) * 1e9) if len(slow) else np.nan
+    return len(slow), len(known), bw
+
+
+def _what_if_text(
+    small: bool,
+    saving: int,
+    peak: float,
+    peak_saving: int | None,
+    peak_kind: str = "",
+    *,
+    pace: str = "the queue's typical bandwidth",
+    slow: tuple[int, int, float] | None = None,
+    at_pace: bool = True,
+    why: str = "",
+) -> str:
+    """The what-if sentence, worded by what the figures say.
+
+    ``small``: the saving at the typical pace (``pace``) is next to nothing, so the sentence
+    also says what the hardware's peak would give and that prefetching is the fix. ``slow``:
+    the group as a whole is at or above the typical pace, and some of its transfers are below
+    it (their count, the group's count and their own bandwidth): only they are restored, and
+    the figure shown is theirs. ``at_pace``: the group runs at the typical pace (not slow), so a small saving is
+    no surprise; otherwise ``why`` (:func:`~tracediag.whatif.saving_limit.limit_clause`) says
+    what holds the path instead.
+    """
+    import numpy as np
+
     at_peak = (
-        f"; at the hardware's peak {fmt_bw(peak)} the step would be {fmt_ns(peak_saving)} shorter"
-        if peak_saving is not None and np.isfinite(peak)
+        f"; at the hardware's peak {fmt_bw(peak)}{f' ({peak_kind})' if peak_kind else ''} "
+        f"the step would be {fmt_ns(peak_saving)} shorter"
+        if small and peak_saving is not None and np.isfinite(peak)
         else ""
     )
+    prefetch = "; prefetching them so they overlap compute is what would shorten the step"
+    if slow is not None:
+        n_slow, n, slow_bw = slow
+        return (
+            f"{n_slow} of its {n} transfers run below it (at {fmt_bw(slow_bw)}): restored to "
+            f"it, with the usual queueing, the step would be {'only ' if small else ''}"
+            f"{fmt_ns(saving)} shorter{why if small else ''}{at_peak}"
+            f"{prefetch if small else ''}."
+        )
+    if not small:
+        return (
+            f"Restored to that bandwidth, queueing as usual, the step would be {fmt_ns(saving)} "
+            "shorter."
+        )
+    if not at_pace:
+        return (
+            f"Restored to that bandwidth, queueing as usual, the step would be only "
+            f"{fmt_ns(saving)} shorter{why}{at_peak}{prefetch}."
+        )
     return (
-        "These transfers already run at the queue's typical bandwidth and queueing, so restoring "
-        f"them saves {'nothing' if saving == 0 else 'only ' + fmt_ns(saving)}{at_peak}; "
-        "prefetching them so they overlap compute is what would shorten the step."
+        f"These transfers already run at {pace} and queueing, so restoring "
+        f"them saves {'nothing' if saving == 0 else 'only ' + fmt_ns(saving)}{at_peak}{prefetch}."
     )
 
 
 def _describe(dma_runs: pd.DataFrame, seg: pd.DataFrame, dma: pd.DataFrame) -> pd.DataFrame:
     """Add the queue and layer of each run and the engine/op of the work that waited for it."""
+    import numpy as np
+    import pandas as pd
+
     ev_first = seg["event"].to_numpy()[dma_runs["first"].to_numpy()]
     # ``dma`` rows are in event order: a search finds each run's first DMA (no index of every
     # transfer built for a few runs).
@@ -181,6 +277,7 @@ def _describe(dma_runs: pd.DataFrame, seg: pd.DataFrame, dma: pd.DataFrame) -> p
 
     out = dma_runs.assign(
         queue=np.where(has, at_first("queue"), ""),
+        direction=np.where(has, at_first("direction"), ""),
         layer=np.where(has, at_first("layer"), None),
         waiter_engine=np.where(w_ok, at_waiter("engine"), ""),
         waiter_op=np.where(w_ok, at_waiter("op") if "op" in seg else None, None),
@@ -206,6 +303,8 @@ def _cause_rows(ctx, rank, queue, layer, grp) -> pd.DataFrame:
 def _same_transfers(dma: pd.DataFrame, rows: pd.DataFrame) -> np.ndarray:
     """Rows of ``dma`` that are the transfers ``rows`` on any rank: the same k-th transfer of the
     same tensor on the same queue (rings are taken dynamically, so not the same ring)."""
+    import pandas as pd
+
     key = ["queue", "tensor", "tensor_ordinal"]
     want = pd.MultiIndex.from_frame(rows[key].drop_duplicates())
     return pd.MultiIndex.from_frame(dma[key]).isin(want)
@@ -223,6 +322,8 @@ def _slowest_tensor(rows: pd.DataFrame) -> str:
 def _affected_ranks(ctx, rows, typical, slow_ratio, rank) -> list[int]:
     """Ranks whose same transfers (queue, tensor and its ordinal) are slow too: the fix must
     reach them all, or the path merely moves to the next rank with the same slow DMA."""
+    import numpy as np
+
     peers = ctx.dma[_same_transfers(ctx.dma, rows)]
     per_rank = peers.groupby("rank").agg(b=("bytes", "sum"), d=("dur", "sum"))
     bw = per_rank["b"] / per_rank["d"].clip(lower=1) * 1e9

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from tracediag.analysis.dma import typical_bandwidth
 from tracediag.engine.rule import Rule, severity_by_saving
 from tracediag.model import schema as S
 from tracediag.model.findings import Severity
 from tracediag.model.units import fmt_bw, fmt_bytes, fmt_ns
-from tracediag.whatif import dma_restore as dma_whatif
+from tracediag.model.wording import dma_source
 
 
 class SmallDmaTransfers(Rule):
@@ -36,6 +35,9 @@ class SmallDmaTransfers(Rule):
     }
 
     def check(self, ctx, opts):
+        from tracediag.analysis.dma import MEMSET, QUEUE, typical_bandwidth
+        from tracediag.whatif import dma_restore as dma_whatif
+
         ev = ctx.trace.events
         # Tested on the events' own columns first: without a small transfer the DMA table (a
         # pass over every event) is not needed.
@@ -45,22 +47,29 @@ class SmallDmaTransfers(Rule):
         if not (is_dma & (ev[S.BYTES].to_numpy() < opts["max_bytes"])).any():
             return
         dma = ctx.dma
-        small = dma[dma["bytes"] < opts["max_bytes"]]
+        # Sizes the trace does not record (NaN in the DMA table) are not small; a memset moves
+        # nothing, whatever its size.
+        small = dma[((dma["bytes"] < opts["max_bytes"]) & (dma["direction"] != MEMSET)).to_numpy()]
         if not len(small):
             return
-        typical = typical_bandwidth(dma, opts["max_bytes"])
+        # Per queue and direction: a GPU stream's host copies and device copies run at PCIe
+        # and HBM speeds.
+        typical = typical_bandwidth(dma, opts["max_bytes"], by_direction=True)
         seg = ctx.path.segments
         path_ns = (
             seg[seg["category"].isin(["dma_wait", "dma_transfer"])].groupby("event")["dur_ns"].sum()
         )
         # One finding per queue and layer across ranks: the same fragmentation on every rank is
         # one cause, and fixing it on one rank only would move the path to a peer.
-        for (queue, layer), grp in small.groupby(["queue", "layer"], dropna=False):
+        for (queue, direction, layer), grp in small.groupby(
+            ["queue", "direction", "layer"], dropna=False
+        ):
             n_ranks = grp["rank"].nunique()
             if len(grp) < opts["min_count"] * n_ranks:
                 continue
             impact = int(path_ns.reindex(grp["event"]).fillna(0).sum())
-            change = dma_whatif.restore(ctx, grp, typical, merge_packets=True)
+            typ = float(typical.get((queue, direction), float("nan")))
+            change = dma_whatif.restore(ctx, grp, typ, merge_packets=True)
             saving = ctx.what_if(change)
             if impact == 0 and saving == 0:
                 sev = Severity.INFO
@@ -68,18 +77,24 @@ class SmallDmaTransfers(Rule):
                 sev = severity_by_saving(ctx.pct(saving), opts, self.severity)
             nbytes = float(grp["bytes"].sum())
             achieved = nbytes / max(int(grp["dur"].sum()), 1) * 1e9
-            typ = float(typical.get(queue, float("nan")))
             layer_txt = f" feeding {layer}" if isinstance(layer, str) and layer else ""
+            # A GPU stream's copies of one direction, or a DMA engine's queue.
+            on_stream = direction != QUEUE
+            where = (
+                f"as {dma_source(queue, direction, on_stream)}"
+                if on_stream
+                else f"on queue {queue}"
+            )
             yield ctx.finding(
                 self,
                 severity=sev,
                 message=(
-                    f"{_ranks_txt(grp)} {fmt_bytes(nbytes / n_ranks)} per rank on queue {queue}{layer_txt} in "
-                    f"{len(grp) // n_ranks} transfers "
-                    f"averaging {fmt_bytes(nbytes / len(grp))} (below {fmt_bytes(opts['max_bytes'])}) at "
-                    f"{fmt_bw(achieved)} against the queue's typical {fmt_bw(typ)}; they hold the critical path "
-                    f"{fmt_ns(impact)} ({ctx.pct(impact)}% of the step). Moved as large transfers the step would "
-                    f"be {fmt_ns(saving)} shorter."
+                    f"{_ranks_txt(grp)} {fmt_bytes(nbytes / n_ranks)} per rank {where}{layer_txt} in "
+                    f"{len(grp) // n_ranks} transfers averaging {fmt_bytes(nbytes / len(grp))} (below "
+                    f"{fmt_bytes(opts['max_bytes'])}) at {fmt_bw(achieved)}"
+                    + (f" against their typical {fmt_bw(typ)}" if typ == typ else "")
+                    + f"; they hold the critical path {fmt_ns(impact)} ({ctx.pct(impact)}% of the "
+                    f"step). Moved as large transfers the step would be {fmt_ns(saving)} shorter."
                 ),
                 ranks=tuple(sorted(int(r) for r in grp["rank"].unique())),
                 engine="dma",
@@ -96,7 +111,8 @@ class SmallDmaTransfers(Rule):
                     "bytes": nbytes,
                     "average_bytes": nbytes / len(grp),
                     "achieved_bw": achieved,
-                    "typical_bw": typ,
+                    "typical_bw": typ if typ == typ else None,
+                    "direction": direction,
                     "events": grp["event"].head(20).tolist(),
                 },
             )

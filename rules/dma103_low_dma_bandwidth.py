@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
-
-from tracediag.analysis.dma import queue_busy_ns
-from tracediag.analysis.hardware import credible_peak
 from tracediag.engine.rule import Rule
 from tracediag.model.findings import Severity
 from tracediag.model.units import fmt_bw, fmt_bytes, fmt_ns
-from tracediag.whatif import dma_restore as dma_whatif
+from tracediag.model.wording import dma_source
 
 
 class LowDmaBandwidth(Rule):
@@ -23,63 +18,79 @@ class LowDmaBandwidth(Rule):
         "min_bytes": 1 << 20,  # queues moving less than this per rank are not worth it
     }
     doc = {
-        "what it finds": "DMA queues (or GPU copy streams) whose achieved bandwidth while busy, "
-        "bytes moved over the union of their transfer time, stays below `max_ratio` of the "
-        "hardware's per-queue peak, with what the critical path would gain if they ran at the "
-        "peak. This is the gap to the hardware, reported for information: the what-ifs of "
-        "DMA101/DMA102 restore a transfer to what its peers achieve, never to the peak.",
+        "what it finds": "DMA queues, or a GPU stream's copies of one direction, whose achieved "
+        "bandwidth while busy, bytes moved over the union of their transfer time, stays below "
+        "`max_ratio` of the peak of the path the bytes take (a DMA queue's figure; for GPU copies "
+        "the host link for host copies, half the HBM bandwidth for device-to-device copies, the "
+        "device link for peer copies), with what the critical path would gain at that peak. "
+        "Memsets move no data and are left out. This is the gap to the hardware, reported for "
+        "information: the what-ifs of DMA101/DMA102 restore a transfer to what its peers achieve, "
+        "never to the peak.",
         "why it matters": "A queue that is slow everywhere has no slow peer to compare with: "
-        "fragmentation, strided access patterns, small descriptors or a shared DMA engine keep "
-        "every transfer slow, and only the hardware's figure shows the headroom.",
+        "fragmentation, strided access patterns, small descriptors, pageable host memory or a "
+        "shared DMA engine keep every transfer slow, and only the hardware's figure shows the "
+        "headroom.",
         "how to fix": "Look at the transfers' sizes and access patterns (contiguous, at least "
-        "32 KiB), spread traffic over more queues and DMA engines, and check the peak used "
-        "(`[tool.tracediag.hardware] dma_queue_bw`) matches your instance.",
+        "32 KiB), spread traffic over more queues and DMA engines, pin host memory for host "
+        "copies, and check the peak used (`[tool.tracediag.hardware] dma_queue_bw`) matches your "
+        "instance.",
         "example": "`DMA103 info qSyncIO0: ranks 0-3 move 512 MiB per rank at 6.1 GB/s while "
         "busy, 23% of the 27 GB/s queue peak; at the peak the step would be 1.9 ms shorter.`",
     }
 
     def check(self, ctx, opts):
-        # Only a queue peak makes a finding: without one on any rank, no queue can.
-        if not any(h is not None and h.dma_queue_bw for h in ctx.hardware.values()):
+        import numpy as np
+
+        from tracediag.analysis.dma import MEMSET, QUEUE, direction_peak
+        from tracediag.analysis.hardware import credible_peak
+        from tracediag.whatif import dma_restore as dma_whatif
+        from tracediag.whatif.saving_limit import limit_clause
+
+        if all(h is None for h in ctx.hardware.values()):
             return
         dma = ctx.dma
-        if dma["bytes"].isna().any():  # filtered only when needed: a copy of millions of rows
-            dma = dma[dma["bytes"].notna()]
+        # Sizes not recorded move nothing we can count; a memset writes, it transfers nothing.
+        keep = (dma["bytes"].notna() & (dma["direction"] != MEMSET)).to_numpy()
+        if not keep.all():  # filtered only when needed: a copy of millions of rows
+            dma = dma[keep]
         if not len(dma):
             return
-        # Per rank and queue: a queue's rings overlap, so its busy time is their union.
-        per_track = dma.groupby(["rank", "queue"]).agg(b=("bytes", "sum")).reset_index()
-        busy = queue_busy_ns(dma)
-        per_track["busy"] = busy.reindex(
-            pd.MultiIndex.from_frame(per_track[["rank", "queue"]])
-        ).to_numpy()
+        lanes = _lanes(dma)
         seg = ctx.path.segments
         on_path = seg[seg["category"].isin(["dma_wait", "dma_transfer"])]
-        for queue, grp in per_track.groupby("queue"):
-            peaks = [ctx.hardware.get(int(r)) for r in grp["rank"]]
-            peak = min(
-                (h.dma_queue_bw for h in peaks if h is not None and h.dma_queue_bw), default=0.0
-            )
+        # Per queue and direction: a GPU stream's host copies take PCIe and its device copies
+        # HBM; a DMA engine's queue (direction "queue") has one peak.
+        for (queue, direction), grp in lanes.groupby(["queue", "direction"], sort=True):
+            peaks = [direction_peak(ctx.hardware.get(int(r)), direction) for r in grp["rank"]]
+            known = [p for p in peaks if np.isfinite(p[0])]
             per_rank_bytes = float(grp["b"].mean())
-            if not peak or per_rank_bytes < opts["min_bytes"]:
+            if not known or per_rank_bytes < opts["min_bytes"]:
                 continue
+            peak, peak_kind = min(known)
             achieved = float(grp["b"].sum() / max(grp["busy"].sum(), 1) * 1e9)
-            # A queue above the built-in peak says the figure is not this device's: no finding.
+            # A lane above the built-in peak says the figure is not this device's: no finding.
             if not np.isfinite(credible_peak(peak, achieved)):
                 continue
             if achieved >= opts["max_ratio"] * peak:
                 continue
-            rows = dma[dma["queue"] == queue]
+            rows = dma[((dma["queue"] == queue) & (dma["direction"] == direction)).to_numpy()]
             impact = int(on_path.loc[on_path["event"].isin(rows["event"]), "dur_ns"].sum())
-            peak_saving = ctx.what_if(dma_whatif.restore(ctx, rows, peak)) if impact else 0
+            at_peak = dma_whatif.restore(ctx, rows, peak)
+            peak_saving = ctx.what_if(at_peak) if impact else 0
+            # Far less than the path time it holds: the replay says what holds the path then.
+            why = limit_clause(ctx, at_peak, int(peak_saving), impact)
             ranks = tuple(sorted(int(r) for r in grp["rank"].unique()))
+            on_stream = direction != QUEUE
             yield ctx.finding(
                 self,
                 message=(
-                    f"Queue {queue} moves {fmt_bytes(per_rank_bytes)} per rank at {fmt_bw(achieved)} while busy, "
-                    f"{100 * achieved / peak:.0f}% of the {fmt_bw(peak)} peak; it holds the critical path "
-                    f"{fmt_ns(impact)} ({ctx.pct(impact)}% of the step), and at the peak the step would be "
-                    f"{fmt_ns(peak_saving)} shorter (the gap to the hardware, not a peer what-if)."
+                    f"{_subject(queue, direction, on_stream)} {fmt_bytes(per_rank_bytes)} per rank "
+                    f"at {fmt_bw(achieved)} while busy, {100 * achieved / peak:.0f}% of the "
+                    f"{fmt_bw(peak)} {_peak_name(peak_kind, on_stream)}; "
+                    f"{'they hold' if on_stream else 'it holds'} the critical path "
+                    f"{fmt_ns(impact)} ({ctx.pct(impact)}% of the step), and at the peak the step "
+                    f"would be {fmt_ns(peak_saving)} shorter (the gap to the hardware, not a peer "
+                    f"what-if){why}."
                 ),
                 ranks=ranks,
                 engine="dma",
@@ -88,10 +99,12 @@ class LowDmaBandwidth(Rule):
                 end_ns=int((rows["ts"] + rows["dur"]).max()),
                 impact_ns=impact,
                 saving_ns=0,
-                suggestion="Check transfer sizes and access patterns, and spread traffic over more queues.",
+                suggestion=_suggestion(rows, on_stream),
                 evidence={
                     "achieved_bw": achieved,
                     "peak_bw": peak,
+                    "peak_kind": peak_kind,
+                    "direction": direction,
                     "bytes_per_rank": per_rank_bytes,
                     "busy_ns": int(grp["busy"].sum()),
                     "peak_saving_ns": int(peak_saving),
@@ -99,3 +112,47 @@ class LowDmaBandwidth(Rule):
                     "ratio": float(np.round(achieved / peak, 4)),
                 },
             )
+
+
+def _lanes(dma):
+    """Per rank, queue and direction: the bytes moved (``b``) and the time the lane is busy
+    (``busy``, the union of its transfers: a queue's rings overlap)."""
+    import numpy as np
+    import pandas as pd
+
+    from tracediag.analysis.intervals import busy_ns_by_group
+
+    key = pd.MultiIndex.from_arrays(
+        [dma["rank"].to_numpy(), dma["queue"].to_numpy(), dma["direction"].to_numpy()]
+    )
+    code = pd.factorize(key)[0].astype(np.int64)
+    lanes, first = np.unique(code, return_index=True)  # each lane's key read off its first row
+    out = dma[["rank", "queue", "direction"]].iloc[first].reset_index(drop=True)
+    ts = dma["ts"].to_numpy()
+    busy = busy_ns_by_group(code, ts, ts + dma["dur"].to_numpy())
+    out["b"] = np.bincount(code, weights=dma["bytes"].to_numpy(), minlength=len(lanes))
+    out["busy"] = busy.reindex(lanes).fillna(0).to_numpy(dtype=np.int64)
+    return out
+
+
+def _subject(queue, direction: str, on_stream: bool) -> str:
+    """``"Queue qSyncIO0 moves"`` or ``"Host-to-device copies on stream 7 move"``."""
+    if not on_stream:
+        return f"Queue {queue} moves"
+    what = dma_source(queue, direction, on_stream)
+    return f"{what[0].upper()}{what[1:]} move"
+
+
+def _peak_name(peak_kind: str, on_stream: bool) -> str:
+    """``"peak"`` for a DMA queue (its figure is the queue's), ``"host link peak"`` for a copy."""
+    return f"{peak_kind} peak" if on_stream and peak_kind else "peak"
+
+
+def _suggestion(rows, on_stream: bool) -> str:
+    """What to look at; host copies from pageable memory go through a staging buffer first."""
+    if on_stream and rows["tensor"].astype(str).str.contains("Pageable", regex=False).any():
+        return (
+            "Pin the host memory of these copies (pin_memory=True, non_blocking=True): pageable "
+            "copies are staged through a bounce buffer and reach a fraction of the host link."
+        )
+    return "Check transfer sizes and access patterns, and spread traffic over more queues."

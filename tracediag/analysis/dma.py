@@ -1,8 +1,12 @@
 """The DMA table rules read: each transfer with its queue and ring, tensor, bytes, achieved
-bandwidth and layer; the time each queue is busy; and the bandwidth a queue typically achieves
-(what a what-if restores to)."""
+bandwidth, direction and layer; the time each queue is busy; the bandwidth a queue typically
+achieves (what a what-if restores to); and the hardware peak a transfer of each direction is
+compared with."""
 
 from __future__ import annotations
+
+import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -11,13 +15,65 @@ from tracediag.analysis.intervals import busy_ns_by_group
 from tracediag.analysis.peers import event_ordinals, peer_track_names
 from tracediag.graph.dependencies import stable_order_by
 from tracediag.model import schema as S
+from tracediag.model import wording
 from tracediag.model.dma_rings import split_ring_names
+
+#: A DMA engine's queue (Neuron ``qSyncIO0``): its transfers are compared with the queue's peak.
+QUEUE = "queue"
+#: A GPU copy whose name says no direction: no peak applies.
+UNKNOWN = "unknown"
+#: Not a transfer: a memset only writes, and has no transfer bandwidth.
+MEMSET = "memset"
+#: Copy directions by the words of a copy's name or of the call that launched it (Kineto's
+#: ``Memcpy HtoD (Pinned -> Device)``, ``Memcpy PtoP (Device -> Device)``, XPlane's
+#: ``MemcpyH2D``, HIP's ``hipMemcpyDtoDAsync``, CUDA's ``cudaMemcpyPeerAsync``), tried in order.
+_DIRECTIONS = (
+    (MEMSET, re.compile(r"memset", re.IGNORECASE)),
+    ("PtoP", re.compile(r"PtoP|P2P|peer", re.IGNORECASE)),
+    ("HtoD", re.compile(r"HtoD|H2D|(?:host|pinned|pageable)\s*(?:->|to)\s*device", re.IGNORECASE)),
+    ("DtoH", re.compile(r"DtoH|D2H|device\s*(?:->|to)\s*(?:host|pinned|pageable)", re.IGNORECASE)),
+    ("DtoD", re.compile(r"DtoD|D2D|device\s*(?:->|to)\s*device", re.IGNORECASE)),
+)
+
+
+def copy_direction(name: str) -> str:
+    """``HtoD``, ``DtoH``, ``DtoD``, ``PtoP`` or ``memset`` as ``name`` says; "" when it does not."""
+    return next((d for d, pattern in _DIRECTIONS if pattern.search(name or "")), "")
+
+
+def direction_peak(hw, direction: str) -> tuple[float, str]:
+    """The peak (B/s) a transfer of ``direction`` is compared with on hardware ``hw`` and its
+    name: host copies the host link (the profile's DMA figure, PCIe on GPUs), device-to-device
+    copies the device memory (HBM) bandwidth halved, since a copy reads and writes every byte,
+    peer copies the device link (NVLink, xGMI), a DMA engine's queue the queue's figure.
+    Memsets and copies of unknown direction have none (NaN, "")."""
+    if hw is None:
+        return math.nan, ""
+    peak, label = {
+        "HtoD": (hw.dma_queue_bw, "host link"),
+        "DtoH": (hw.dma_queue_bw, "host link"),
+        "DtoD": (hw.hbm_bw / 2, "device memory (HBM, read and write)"),
+        "PtoP": (hw.link_bw, "device link"),
+        QUEUE: (hw.dma_queue_bw, "DMA queue"),
+    }.get(direction, (0.0, ""))
+    return (float(peak), label) if peak and peak > 0 else (math.nan, "")
+
+
+#: How messages name the transfers of a direction (one table, kept with the other words).
+DIRECTION_WORDS = wording.DIRECTION_WORDS
 
 
 def dma_frame(
     trace: S.Trace, ordinals: np.ndarray | None = None, inferred: pd.DataFrame | None = None
 ) -> pd.DataFrame:
-    """DMA events with their queue, ring, tensor, bytes, duration, achieved bandwidth and layer.
+    """DMA events with their queue, ring, tensor, bytes, duration, achieved bandwidth,
+    direction and layer.
+
+    ``bytes`` is NaN where the format records none, and where it records 0 for a transfer that
+    took time (profilers write ``size:0`` when they did not capture the size). ``direction``
+    (:func:`copy_direction` of the event's name, else of the call that launched it): ``HtoD``,
+    ``DtoH``, ``DtoD``, ``PtoP``, ``memset``, :data:`QUEUE` for a DMA engine's queue,
+    :data:`UNKNOWN` for a GPU copy that says none.
 
     ``queue`` is the queue's name on every ring that serves it (``ring`` its number, -1 for a
     queue with one track); ``ordinal`` counts the transfers of the event's own track and
@@ -42,6 +98,8 @@ def dma_frame(
     if ordinals is None:
         ordinals = event_ordinals(trace, on_dma_track)
     ts = ev[S.TS].to_numpy()[ids]
+    nbytes = ev[S.BYTES].to_numpy()[ids] if S.BYTES in ev else np.full(len(ids), np.nan)
+    nbytes = np.where(nbytes > 0, nbytes, np.nan)  # 0 B that took time: the size is unknown
     df = pd.DataFrame(
         {
             "event": ids,
@@ -55,12 +113,13 @@ def dma_frame(
             "tensor": _texts_at(ev[S.NAME], ids),
             "ts": ts,
             "dur": ev[S.DUR].to_numpy()[ids],
-            "bytes": ev[S.BYTES].to_numpy()[ids] if S.BYTES in ev else np.full(len(ids), np.nan),
+            "bytes": nbytes,
             "ordinal": ordinals[ids],
         },
         index=pd.Index(np.arange(len(ids))),
     )
     df["bw"] = df["bytes"] / np.maximum(df["dur"], 1) * 1e9  # bytes/s
+    df["direction"] = _directions(trace, ids, df["tensor"].to_numpy(), track)
     df["tensor_ordinal"] = _tensor_ordinals(df)
     if S.LAYER not in ev:
         df["layer"] = np.full(len(ids), None, dtype=object)
@@ -74,6 +133,38 @@ def dma_frame(
     else:
         df["layer"] = np.full(len(ids), None, dtype=object)
     return df
+
+
+def _directions(
+    trace: S.Trace, ids: np.ndarray, names: np.ndarray, track: np.ndarray
+) -> np.ndarray:
+    """Per DMA: its direction from its name, else from the name of the call that launched it
+    (ROCm copies run as ``__amd_rocclr_copyBuffer`` kernels launched by ``hipMemcpyDtoDAsync``);
+    a DMA queue's transfer is :data:`QUEUE`, a GPU stream's copy that says none :data:`UNKNOWN`."""
+    out = _per_distinct(names, copy_direction)
+    missing = out == ""
+    ed = trace.edges
+    if missing.any() and len(ed):
+        launch = (ed[S.EDGE_KIND] == "launch").to_numpy(dtype=bool)
+        dst = ed[S.DST].to_numpy()[launch]
+        row = np.searchsorted(ids, dst)  # ``ids`` ascend: a search finds the launched DMAs
+        hit = row < len(ids)
+        hit[hit] = ids[row[hit]] == dst[hit]
+        src = ed[S.SRC].to_numpy()[launch][hit]
+        callers = _per_distinct(_texts_at(trace.events[S.NAME], src), copy_direction)
+        take = missing[row[hit]] & (callers != "")
+        out[row[hit][take]] = callers[take]
+    on_gpu = (trace.tracks[S.TRACK_KIND].astype(str) == "gpu_stream").to_numpy()[track]
+    return np.where(out != "", out, np.where(on_gpu, UNKNOWN, QUEUE)).astype(object)
+
+
+def _per_distinct(values: np.ndarray, fn) -> np.ndarray:
+    """``fn`` of each distinct text (missing: ""), spread back without a call per row."""
+    text = pd.Series(values, dtype=object).fillna("").astype(str).to_numpy(dtype=object)
+    if not len(text):
+        return np.zeros(0, dtype=object)
+    uniq, inverse = np.unique(text, return_inverse=True)
+    return np.array([fn(u) for u in uniq], dtype=object)[inverse]
 
 
 def queue_busy_ns(dma: pd.DataFrame) -> pd.Series:
@@ -150,29 +241,49 @@ def _trigger_layer(trace: S.Trace, dma_ids: np.ndarray, layer_code: np.ndarray) 
     return out
 
 
-def typical_bandwidth(dma: pd.DataFrame, min_bytes: float, floor_ratio: float = 0.5) -> pd.Series:
+def typical_bandwidth(
+    dma: pd.DataFrame, min_bytes: float, floor_ratio: float = 0.5, *, by_direction: bool = False
+) -> pd.Series:
     """The bandwidth a queue's transfers usually achieve: per queue name, the median over its
     transfers of at least ``min_bytes`` (all its transfers when none is that large).
 
     A queue whose every transfer is slow has no fast peer on the queue itself: when its median
     is below ``floor_ratio`` of the median over all queues' large transfers, its peers are the
     other queues, and that job-wide median is its typical bandwidth.
+
+    ``by_direction``: per (queue, direction) instead, each direction's job-wide median its own,
+    memsets left out (a GPU stream runs host copies at PCIe speed and device copies at HBM
+    speed: one median of both is neither's typical pace; a memset is no transfer).
     """
-    # Grouped by the queue names' codes: a few million rows are not a frame filtered and
-    # grouped by string twice.
-    code, queues = pd.factorize(dma["queue"], sort=True)
+    if by_direction:
+        dma = dma[(dma["direction"] != MEMSET).to_numpy()]
+        key = pd.MultiIndex.from_arrays(
+            [dma["queue"].to_numpy(), dma["direction"].to_numpy()], names=["queue", "direction"]
+        )
+        lane = dma["direction"].to_numpy()
+    else:
+        key = pd.Index(dma["queue"].to_numpy(), name="queue")
+        lane = np.zeros(len(dma), dtype=np.int64)
+    # Grouped by the keys' codes: a few million rows are not a frame filtered and grouped by
+    # string twice.
+    code, keys = pd.factorize(key, sort=True)
+    lanes = pd.factorize(lane)[0]
     bw = pd.Series(dma["bw"].to_numpy())
     big = (dma["bytes"] >= min_bytes).to_numpy()
 
-    def median_per_queue(rows: np.ndarray) -> pd.Series:
-        rows = rows & (code >= 0)
-        med = bw[rows].groupby(code[rows]).median()
-        return pd.Series(med.to_numpy(), index=queues[med.index].rename("queue"), name="bw")
+    def median_per_key(rows: np.ndarray, by: np.ndarray) -> pd.Series:
+        rows = rows & (by >= 0) & np.isfinite(bw.to_numpy())
+        return bw[rows].groupby(by[rows]).median()
 
-    typical = median_per_queue(big)
-    fallback = median_per_queue(np.ones(len(code), dtype=bool))
-    typical = typical.reindex(fallback.index).fillna(fallback)
-    job_wide = float(bw[big].median()) if big.any() else float(bw.median())
-    if np.isfinite(job_wide):
-        typical = typical.where(typical >= floor_ratio * job_wide, job_wide)
-    return typical
+    every = np.ones(len(code), dtype=bool)
+    fallback = median_per_key(every, code)
+    typical = median_per_key(big, code).reindex(fallback.index).fillna(fallback)
+    # The job-wide median of each key's lane (its direction, or the whole job).
+    job_big, job_all = median_per_key(big, lanes), median_per_key(every, lanes)
+    job_wide = job_big.reindex(job_all.index).fillna(job_all)
+    key_lane = pd.Series(lanes).groupby(code).first().reindex(typical.index)
+    floor = job_wide.reindex(key_lane.to_numpy()).to_numpy()
+    values = typical.to_numpy()
+    values = np.where(np.isfinite(floor) & ~(values >= floor_ratio * floor), floor, values)
+    index = keys[typical.index.to_numpy()] if len(typical) else keys[:0]
+    return pd.Series(values, index=index, name="bw")

@@ -26,5 +26,7 @@ def fmt_bytes(n: float) -> str:
 
 
 def fmt_bw(bytes_per_s: float) -> str:
-    """2.5e10 -> '25 GB/s' (decimal, as vendors quote links)."""
-    return f"{bytes_per_s / 1e9:.3g} GB/s"
+    """2.5e10 -> '25 GB/s' (decimal, as vendors quote links); 1.0195e12 -> '1020 GB/s', not
+    '1.02e+03 GB/s'."""
+    gb = bytes_per_s / 1e9
+    return f"{gb:.0f} GB/s" if abs(gb) >= 999.5 else f"{gb:.3g} GB/s"

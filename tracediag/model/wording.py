@@ -1,4 +1,5 @@
-"""Words for messages, shared by rules, reports and front ends: plurals, rank lists, rates."""
+"""Words for messages, shared by rules, reports and front ends: plurals, rank lists, rates,
+what moves a DMA's data."""
 
 from __future__ import annotations
 
@@ -57,3 +58,29 @@ def bus_bandwidth_text(busbw: float, link: float) -> str:
     return f" at {fmt_bw(busbw)} bus bandwidth" + (
         f" (link {fmt_bw(link)})" if math.isfinite(link) else ""
     )
+
+
+#: How messages name a GPU stream's copies of each direction (``tracediag.analysis.dma``).
+DIRECTION_WORDS = {
+    "HtoD": "host-to-device copies",
+    "DtoH": "device-to-host copies",
+    "DtoD": "device-to-device copies",
+    "PtoP": "peer-to-peer copies",
+}
+
+
+def dma_source(queue: str, direction: str, on_stream: bool) -> str:
+    """What moves the data: ``"DMA queue qSyncIO0"`` (a DMA engine's queue), or a GPU
+    stream's copies of one direction, ``"device-to-device copies on stream 7"``."""
+    if not on_stream:
+        return f"DMA queue {queue}"
+    return f"{DIRECTION_WORDS.get(direction, 'copies')} on {queue}"
+
+
+def typical_pace(direction: str, on_stream: bool) -> str:
+    """Whose usual bandwidth a what-if restores to: ``"the queue's typical bandwidth"`` (a
+    DMA queue), ``"the stream's typical bandwidth for device-to-device copies"`` (a GPU stream
+    runs host copies at PCIe speed and device copies at HBM speed: each has its own)."""
+    if not on_stream:
+        return "the queue's typical bandwidth"
+    return f"the stream's typical bandwidth for {DIRECTION_WORDS.get(direction, 'copies')}"
