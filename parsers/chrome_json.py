@@ -1,8 +1,8 @@
 """Reader of Chrome trace-event JSON as PyTorch/Kineto writes it (``*.pt.trace.json[.gz]``).
 
-One file is one rank. The pipeline: :mod:`chrome_decode` (bytes -> metadata + events with exact
-ns times), :mod:`chrome_events` (columns, B/E pairing, flows), :func:`builder.sanitize_events`
-(unusable times dropped and counted), :mod:`kineto` (kinds, tracks, launches, ops, steps),
+One file is one rank, except our own export's (every rank: :mod:`chrome_own`). The pipeline:
+:mod:`chrome_decode` (bytes -> metadata + events with exact ns times), :mod:`chrome_events`
+(columns, B/E pairing, flows), :func:`builder.sanitize_events` (unusable times dropped and counted), :mod:`kineto` (kinds, tracks, launches, ops, steps),
 :mod:`kineto_layers` (layers from ``record_function`` and module ranges), :mod:`kineto_sync`
 (waits) and :mod:`kineto_collectives` (collective rows); a trace without GPU events is read by
 :mod:`kineto_host` (CPU ops as work, gloo/c10d collectives).
@@ -21,7 +21,7 @@ from tracediag.io.release_memory import release_free_memory
 from tracediag.model import schema as S
 from tracediag.model.assembly import RankPart, sanitize_events
 from tracediag.model.errors import TraceInputError
-from tracediag.parsers import kineto, kineto_host, kineto_layers
+from tracediag.parsers import chrome_own, kineto, kineto_host, kineto_layers
 from tracediag.parsers.chrome_decode import paused_gc
 from tracediag.parsers.chrome_events import flow_edges, tabulate
 from tracediag.parsers.chrome_stream import read_columns
@@ -57,13 +57,15 @@ def read(path: Path) -> list[RankPart]:
     """The file's rank as one canonical part (see the module docstring)."""
     # Cyclic GC stays paused until the millions of decoded objects are freed again (see decode).
     with paused_gc():
-        return [_read(Path(path))]
+        return _read(Path(path))
 
 
-def _read(path: Path) -> RankPart:
+def _read(path: Path) -> list[RankPart]:
     # TensorFlow/JAX trace-viewer JSON ends traceEvents with an empty object: a terminator the
     # format's writers add, not an event (read_columns leaves it out, uncounted).
     columns = read_columns(path)
+    if chrome_own.is_ours(columns.metadata):  # our own export: every rank, by process id
+        return chrome_own.read_parts(path, columns)
     meta = S.RankMeta(rank=0, sources=[str(path)], format=FORMAT)
     _rank_and_info(meta, columns.metadata, path)
     for reason, n in columns.rewritten.items():
@@ -107,7 +109,7 @@ def _read(path: Path) -> RankPart:
     part = RankPart(meta=meta, events=events, edges=edges, collectives=collectives)
     del table, slices, rows, args
     release_free_memory()  # the reader's temporaries, before the job is assembled from the part
-    return part
+    return [part]
 
 
 def _rank_and_info(meta: S.RankMeta, info: dict, path: Path) -> None:

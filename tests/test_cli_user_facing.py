@@ -19,6 +19,7 @@ from tracediag.engine.config import KNOWN_KEYS
 from tracediag.parsers import perfetto
 
 cli = gate_runs.cli  # cli(*argv) -> (exit code, stdout, stderr) in an empty directory
+run_dirs = gate_runs.run_dirs
 probes = gate_runs.probes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,12 +165,6 @@ def test_export_with_format_and_a_neutral_name(cli, tmp_path):
     assert perfetto.sniff(tmp_path / "job.bin")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 20 item 7, not done: the Chrome reader takes one file as one rank with Kineto "
-    "categories (our multi-rank export reads back as 1 rank, 0 findings) and the Perfetto "
-    "export carries no collective ids (rank 1 reads back unaligned: TRC503, no COL2xx)",
-)
 @pytest.mark.parametrize("name", ["x.trace.json.gz", "x.pftrace"])
 def test_our_own_export_reads_back_with_the_same_ranks_and_findings(cli, tmp_path, name):
     code, out, _ = cli("report", STRAGGLER, "--format", "json", "-q")
@@ -182,6 +177,110 @@ def test_our_own_export_reads_back_with_the_same_ranks_and_findings(cli, tmp_pat
     codes = sorted(f["code"] for f in original["findings"])
     assert codes == ["COL201", "COL202", "DMA101"]
     assert sorted(f["code"] for f in again["findings"]) == codes
+
+
+GLOO = ROOT / "tests" / "data" / "real_gloo" / "straggler_sleep"
+
+
+def _digest(report: dict) -> dict:
+    """What a read-back must keep: ranks, their hardware and clock status, the path's length,
+    and each finding's code, ranks and saving."""
+    return {
+        "ranks": [(r["rank"], r["hardware"], r["clock"]) for r in report["ranks"]],
+        "path": report["critical_path"]["length_ns"],
+        "steps": [r["step_time_ns"] for r in report["ranks"]],
+        "findings": sorted((f["code"], tuple(f["ranks"])) for f in report["findings"]),
+        "savings": sorted(
+            (f["code"], tuple(f["ranks"]), f["saving_ns"]) for f in report["findings"]
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", ["x.trace.json.gz", "x.pftrace"])
+@pytest.mark.parametrize("job", ["chrome_straggler", "generated_neuron", "real_gloo"])
+def test_a_read_back_gives_the_same_job_on_every_kind_of_input(cli, run_dirs, job, name):
+    # Before: Chrome read back as one rank (Kineto categories, no collectives), Perfetto lost the
+    # collectives' ids (rank 1 unaligned), the hardware and the dependencies' kinds, and took the
+    # critical path's arrows for dependencies.
+    path = {
+        "chrome_straggler": ROOT / "sample_traces" / "chrome_straggler" / "chrome",
+        "generated_neuron": run_dirs["straggler"],
+        "real_gloo": GLOO,
+    }[job]
+    code, out, _ = cli("report", path, "--format", "json", "-q")
+    original = _digest(orjson.loads(out))
+    assert cli("export", path, "-o", name, "-q")[0] == 0
+    code, out, _ = cli("report", name, "--format", "json", "-q")
+    assert code in (0, 1)
+    again = _digest(orjson.loads(out))
+    assert again["ranks"] == original["ranks"]
+    assert again["findings"] == original["findings"]
+    assert again["path"] == pytest.approx(original["path"], rel=0.01)
+    assert again["steps"] == pytest.approx(original["steps"], rel=0.01)
+    for (code_a, ranks_a, a), (code_b, ranks_b, b) in zip(
+        again["savings"], original["savings"], strict=True
+    ):
+        assert (code_a, ranks_a) == (code_b, ranks_b)
+        assert a == pytest.approx(b, rel=0.01, abs=1000), code_a
+    if job == "real_gloo":  # the rank the capture delayed (its truth.json) is still named
+        delayed = orjson.loads((GLOO / "truth.json").read_bytes())["delayed_rank"]
+        assert ("COL201", (delayed,)) in again["findings"]
+
+
+# ---- 10. check --format html, words instead of internal names, plurals -------------------------
+
+
+def test_check_writes_the_html_report_with_its_gate(cli, tmp_path):
+    # Before: "--format html" was refused by check (report only).
+    code, out, _ = cli("check", STRAGGLER, "--format", "html", "-o", "c.html", "-q")
+    page = (tmp_path / "c.html").read_text()
+    assert (code, out) == (1, "")  # COL201 (error) fails the gate; the page is written anyway
+    gate = page[page.index("<h2>Gate</h2>") :]
+    assert gate.startswith('<h2>Gate</h2><p class="fail">check failed: 1 finding at or above '
+                           "error</p><ul><li>")  # fmt: skip
+    assert "COL201 Straggler rank: others wait for it at collectives (fails the gate" in gate
+    # the same pictures as report's page (they need the diagnosis, not only the report)
+    assert cli("report", STRAGGLER, "--format", "html", "-o", "r.html", "-q")[0] == 0
+    report_page = (tmp_path / "r.html").read_text()
+    for chart in ("collective arrival skew", "worst window timeline", "per-rank heatmap"):
+        assert page.count(f'aria-label="{chart}"') == report_page.count(f'aria-label="{chart}"')
+        assert f'aria-label="{chart}"' in page
+    # everything from the first picture to the findings is report's page; the gate comes after
+    body = page.split("<h2>Critical path by category</h2>")[1].split("<h2>Gate</h2>")[0]
+    report_body = report_page.split("<h2>Critical path by category</h2>")[1]
+    assert body.rstrip("\n") == report_body.split("</body>")[0].rstrip("\n")
+
+
+def test_ci_messages_name_evidence_in_words_and_keep_ids_in_properties(cli, tmp_path):
+    # Before: SARIF/JUnit message text held the evidence as JSON of field names and ids
+    # ({"worst":[{"coll_key":2,"arrival_ns":4008...}], "mean_late_ns": ...}).
+    assert (
+        cli("check", STRAGGLER, "--format", "sarif", "-o", "s.sarif", "--exit-zero", "-q")[0] == 0
+    )
+    results = orjson.loads((tmp_path / "s.sarif").read_text())["runs"][0]["results"]
+    col201 = next(r for r in results if r["ruleId"] == "COL201")
+    text = col201["message"]["text"]
+    assert "\n  mean lateness: 1.084 ms\n" in text
+    assert "\n  worst 1, late by: 1.455 ms\n" in text
+    assert "\n  worst 1, arrived at: 6.742 ms into the critical path\n" in text
+    for internal in ("coll_key", "_ns", "arrival_ns", "{", "[0]"):
+        assert internal not in text, internal
+    assert [w["coll_key"] for w in col201["properties"]["evidence"]["worst"]] == [2, 3, 1, 0]
+    dma = next(r for r in results if r["ruleId"] == "DMA101")
+    assert "events" not in dma["message"]["text"]
+    assert len(dma["properties"]["evidence"]["events"]) > 0  # the ids, for tools
+    assert cli("check", STRAGGLER, "--format", "junit", "-o", "j.xml", "--exit-zero", "-q")[0] == 0
+    junit = (tmp_path / "j.xml").read_text()
+    assert "coll_key" not in junit and "mean_late_ns" not in junit
+    assert "worst 1, late by: 1.455 ms" in junit
+
+
+def test_severity_counts_are_plural_where_they_are_not_one(cli):
+    # Before: "3 findings (1 error, 0 warning, 2 info)".
+    code, out, _ = cli("report", STRAGGLER, "-q")
+    assert out.splitlines()[0].endswith("3 findings (1 error, 0 warnings, 2 info)")
+    code, out, _ = cli("report", STRAGGLER, "--format", "markdown", "-q")
+    assert "| Findings | 3 (1 error, 0 warnings, 2 info) |" in out
 
 
 # ---- 11. rules --format json, rule --all, --statistics, --show-settings -----------------------

@@ -96,7 +96,10 @@ def test_junit_one_testcase_per_rule_and_scope(reports):
     assert finding["message"] in failure.text
     assert f"what-if saving: {fmt_ns(finding['saving_ns'])}" in failure.text
     assert f"impact on the critical path: {fmt_ns(finding['impact_ns'])}" in failure.text
-    assert '"dma_transfer_ns":' in failure.text  # the evidence figures
+    # the evidence figures, in words and units (not field names, not our event ids)
+    ev = finding["evidence"]
+    assert f"\n  DMA transfer time: {fmt_ns(ev['dma_transfer_ns'])}\n" in failure.text
+    assert "_ns" not in failure.text and "events" not in failure.text
     assert dma.get("file") == str(report["inputs"][0]["path"])
     # CMP301 fires on both ranks: one testcase per scope, passing (info) with the text
     assert "CMP301 compute-underutilization [rank 0]" in cases

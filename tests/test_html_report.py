@@ -158,3 +158,41 @@ def test_a_report_from_a_trace_draws_the_skew_grid_and_the_worst_window(diagnose
     assert {"rank 1 tensor", "rank 1 vector"} <= set(lanes)
     # a saved JSON report has no trace: the page draws without those pictures
     assert "Collective arrival skew" not in render_html(diagnosis.to_dict())
+
+
+def _table_after(page: str, heading: str) -> list[list[str]]:
+    """The cell texts of the first table after ``<h2>heading</h2>``, row by row."""
+    part = page[page.index(f"<h2>{heading}</h2>") :]
+    part = part[: part.index("</table>")]
+    rows = re.findall(r"<tr>(.*?)</tr>", part)
+    return [
+        [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", r)]
+        for r in rows
+    ]
+
+
+def test_bounds_and_matmul_formats_are_tables_of_the_reports_numbers(reports):
+    # Issue 19 item 1: the bounds table and the matmuls by numeric format, as in the text report.
+    from tracediag.model.units import fmt_ns
+
+    report = reports("straggler")
+    page = render_html(report)
+    parse(page)
+    bounds = _table_after(page, "Bounds per rank")
+    assert bounds[0] == ["rank", "window", "DMA active", "DMA@peak", "TE active", "FLOPs@peak",
+                         "busiest", "bottleneck"]  # fmt: skip
+    for row, b in zip(bounds[1:], report["bounds"], strict=True):
+        assert row[:2] == [str(b["rank"]), fmt_ns(b["window"]["total_ns"])]
+        assert row[4] == fmt_ns(b["bounds_ns"]["compute_bound"])
+        assert row[-1] == "tensor (compute)"  # the generator's matmuls bound both ranks
+    formats = _table_after(page, "Matmuls by numeric format")
+    assert formats[0] == ["rank", "format", "matmuls", "time", "FLOPs"]
+    # the generator writes 96 bf16 matmuls per rank, the same FLOPs on both ranks
+    assert [r[:3] for r in formats[1:]] == [["0", "bf16", "96"], ["1", "bf16", "96"]]
+    assert formats[1][4] == formats[2][4] != "-"
+
+
+def test_a_report_without_bounds_has_neither_table(reports):
+    report = {**reports("straggler"), "bounds": [], "precision": []}
+    page = render_html(report)
+    assert "Bounds per rank" not in page and "numeric format" not in page

@@ -4,6 +4,7 @@ window). Skips where no Chromium is installed (``.ci/run`` installs Debian's).""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -144,3 +145,96 @@ def test_the_straggler_is_the_darkest_row_of_the_ranks_table_and_the_skew_grid(g
     assert skew_band[1] - skew_band[0] < 18 and skew_band[0] > band[1]
     x_skew = int(np.flatnonzero(latest.any(axis=0)).min())
     assert _row_of_band(img, skew_band, x_skew, 18) == 2
+
+
+_MEASURE = """<pre id="boxes"></pre><script>
+const out = [];
+document.querySelectorAll("svg").forEach((svg) => {
+  const width = svg.width.baseVal.value;
+  svg.querySelectorAll("text").forEach((t) => {
+    const b = t.getBBox();
+    out.push([svg.getAttribute("aria-label"), t.textContent, b.x, b.x + b.width, width]);
+  });
+});
+document.getElementById("boxes").textContent = JSON.stringify(out);
+</script></body>"""
+
+
+def _drawn_texts(diagnosis, out: Path) -> list[tuple[str, str, float, float, float]]:
+    """(chart, text, left, right, chart width) of every text Chromium lays out in the report's
+    charts: the page with a measuring script appended, its DOM dumped after layout."""
+    import html
+    import json
+
+    page = out / "measure.html"
+    page.write_text(render(diagnosis, "html").replace("</body>", _MEASURE))
+    dom = subprocess.run(
+        [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+         "--virtual-time-budget=5000", page.as_uri()],
+        check=True, capture_output=True, text=True, timeout=120,
+    ).stdout  # fmt: skip
+    boxes = re.search(r'<pre id="boxes">(.*?)</pre>', dom, re.S).group(1)
+    return [tuple(b) for b in json.loads(html.unescape(boxes))]
+
+
+@pytest.mark.parametrize("name", ["straggler", "gloo"])
+def test_every_axis_states_its_unit_and_no_label_is_cut(diagnosed, tmp_path, name):
+    # Before: the time axes' ticks were "0 ns ... 8.128" (the last one's "ms" cut off by the
+    # picture's edge), the bar and the skew grid had no scale at all.
+    from tracediag.engine.diagnose import diagnose
+    from tracediag.loading.loader import load
+
+    root = Path(__file__).resolve().parents[1]
+    diagnosis = (
+        diagnosed("straggler")
+        if name == "straggler"
+        else diagnose(load([root / "tests" / "data" / "real_gloo" / "straggler_sleep"]))
+    )
+    texts = _drawn_texts(diagnosis, tmp_path)
+    charts = {chart for chart, *_ in texts}
+    assert {"critical path by category", "timeline", "worst window timeline",
+            "collective arrival skew"} <= charts  # fmt: skip
+    for chart, text, left, right, width in texts:
+        assert left >= -0.5 and right <= width + 0.5, (chart, text, left, right, width)
+    by_chart = {c: [t for chart, t, *_ in texts if chart == c] for c in charts}
+    length = diagnosis.analysis.length_ns
+    # the bar's scale: 0% to 100% of the path's length
+    from tracediag.model.units import fmt_ns
+
+    bar = by_chart["critical path by category"]
+    assert bar[:5] == ["0%", "25%", "50%", "75%", f"100% of {fmt_ns(length)}"]
+    # time axes: one unit, named in the caption, and the last tick is the span in that unit
+    from tracediag.report.svg import axis_unit
+
+    per, unit = axis_unit(length)
+    axis = by_chart["timeline"]
+    assert axis[-1] == f"time ({unit}) from the start of the critical path"
+    assert axis[-6:-1] == [f"{length * k // 4 / per:.4g}" for k in range(5)]
+    window = by_chart["worst window timeline"]
+    assert re.fullmatch(r"time \((s|ms|µs|ns)\) from the start of the window", window[-1])
+    assert window[-6] == "0" and all(t.startswith("+") for t in window[-5:-1])
+    # the skew grid's columns are instances, not times: its caption says so and how many
+    assert by_chart["collective arrival skew"][-1].startswith("collective instances 1 to ")
+    assert by_chart["collective arrival skew"][-1].endswith(", in time order →")
+
+
+def test_the_bounds_table_draws_each_bound_as_its_share_of_the_ranks_window(shot):
+    # Issue 19 item 1: the bounds per rank in the HTML report, each bound a bar whose length is
+    # its share of the rank's window (the numbers of report["bounds"], not recomputed here).
+    from tracediag.report.bounds_precision import BOUND_KEYS
+    from tracediag.report.html import BOUND_BAR_PX, BOUND_COLORS
+
+    report, img = shot
+    bounds = report["bounds"]
+    assert [b["rank"] for b in bounds] == [0, 1]
+    for key, color in zip(BOUND_KEYS, BOUND_COLORS, strict=True):
+        bars = _mask(img, color, tol=3)
+        rows = _bands(bars)
+        expected = [BOUND_BAR_PX * b["bounds_ns"][key] / b["window"]["total_ns"] for b in bounds]
+        assert len(rows) == len(bounds), key  # one bar per rank, one row below the other
+        drawn = [int(bars[(top + bottom) // 2].sum()) for top, bottom in rows]
+        assert drawn == pytest.approx(expected, abs=1.0), key
+    # the straggler's tensor engine is busy longer: its TE-active bar is the longer one
+    te = _mask(img, BOUND_COLORS[BOUND_KEYS.index("compute_bound")], tol=3)
+    (r0, r1) = [int(te[(a + b) // 2].sum()) for a, b in _bands(te)]
+    assert r1 > r0 + 5

@@ -102,7 +102,7 @@ def test_text_shows_path_by_category_and_ranked_findings(probed):
     assert "rank 1 | engine cc | window 420 ns to 570 ns" in out
     assert "impact 150 ns (19.2% of path), saving 150 ns" in out
     assert "fix: balance the ranks" in out
-    assert "2 findings (0 error, 1 warning, 1 info)" in lines[0]
+    assert "2 findings (0 errors, 1 warning, 1 info)" in lines[0]
 
 
 def test_text_colour_only_when_asked(probed):

@@ -161,7 +161,7 @@ def test_timeline_keys_zoom_pan_and_jump_along_the_path(diagnosis):
         # the next event, the tensor reduce after the AllReduce, and the event panel follows
         await pilot.press("n")
         assert (st.segment, st.selected) == (start + 3, 3910)
-        assert dict(app.screen.info_rows)["event"] == "TENSOR_REDUCE  #3910"
+        assert dict(app.screen.info_rows)["event"] == "TENSOR_REDUCE"  # no internal event id
         await pilot.press("p")
         assert (st.segment, st.selected) == (start, 7375)
         await pilot.press("plus")
@@ -174,7 +174,7 @@ def test_timeline_keys_zoom_pan_and_jump_along_the_path(diagnosis):
         await pilot.press("left")
         assert st.segment == -1 and st.selected == 7374  # the AllReduce before on that lane
         info = dict(app.screen.info_rows)
-        assert info["event"] == "AllReduce  #7374"
+        assert info["event"] == "AllReduce"
         assert info["where"] == "collective  rank 1  track cc stream 0"
         assert info["path"] == "not on the critical path"
         await pilot.press("s")
@@ -269,3 +269,68 @@ def test_load_error_shows_the_cli_line_and_quits_with_2(tmp_path):
 
     drive(app, script)
     assert app.return_code == 2
+
+
+def _shown_text(static) -> str:
+    """What a Static shows, as plain text (its rich renderable printed 200 columns wide)."""
+    import io
+
+    from rich.console import Console
+
+    console = Console(width=200, file=io.StringIO(), record=True)
+    console.print(static.content)
+    return console.export_text()
+
+
+def test_the_detail_pane_names_evidence_in_words(diagnosis):
+    # Before: "worst[0].coll_key  2", "worst[0].arrival_ns  4.008 s" (a time since the epoch),
+    # "mean_late_ns": field names and our own collective keys.
+    app = make_app(diagnosis=diagnosis)
+
+    async def script(pilot):
+        await pilot.press("f", "enter")
+        assert app.screen.finding.code == "COL201"
+        text = _shown_text(app.screen.query_one("#evidence"))
+        lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+        assert "mean lateness 1.084 ms" in lines
+        assert "worst 1, late by 1.455 ms" in lines
+        assert "worst 1, arrived at 6.742 ms into the critical path" in lines
+        assert "work beyond the median rank's, by engine, tensor 1.448 ms" in lines
+        assert "share of collectives it arrives last at 100.0%" in lines
+        for internal in ("coll_key", "_ns", "[0]", "arrival_ns", "late_", "by_engine"):
+            assert internal not in text, internal
+
+    drive(app, script)
+
+
+def test_the_overview_shows_the_bounds_and_the_matmul_formats(diagnosis):
+    # Issue 19 item 1: the bounds per rank and the matmuls by numeric format on the overview,
+    # every number of the table the report's own, no cell cut at 80 columns.
+    from tracediag.model.units import fmt_ns
+
+    app = make_app(diagnosis=diagnosis)
+    report = diagnosis.to_dict()
+    shown = {}
+
+    async def script(pilot):
+        for wid in ("bounds", "precision"):
+            widget = app.screen.query_one(f"#{wid}")
+            widget.scroll_visible(animate=False)
+            await pilot.pause()
+            shown[wid] = [widget.render_line(y).text.rstrip() for y in range(widget.size.height)]
+
+    drive(app, script)
+    bounds = shown["bounds"]
+    assert bounds[0].split() == ["rank", "window", "DMA", "active", "DMA@peak", "TE", "active",
+                                 "FLOPs@peak", "busiest", "bottleneck"]  # fmt: skip
+    assert "…" not in "".join(bounds)
+    b1 = report["bounds"][1]  # the straggler: its tensor engine busy 7.187 ms of 8.128 ms
+    row = next(line for line in bounds if line.startswith("1 "))
+    assert fmt_ns(b1["window"]["total_ns"]) in row and "7.187 ms" in row
+    assert fmt_ns(b1["bounds_ns"]["compute_bound"]) == "7.187 ms"
+    assert row.endswith("tensor") and bounds[bounds.index(row) + 1].strip() == "(compute)"
+    assert shown["precision"] == [
+        "rank format matmuls     time       FLOPs",
+        "0    bf16        96 5.757 ms 463.9 GFLOP",
+        "1    bf16        96 7.187 ms 463.9 GFLOP",
+    ]

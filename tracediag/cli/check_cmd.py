@@ -45,8 +45,9 @@ def add_parser(commands) -> None:
         "--format",
         choices=CHECK_FORMATS,
         default="text",
-        help="output format: text, json (the report with its gate), markdown, junit (XML), "
-        "sarif (2.1.0), github (workflow annotations) (default: text)",
+        help="output format: text, json (the report with its gate), markdown, html (one "
+        "self-contained page), junit (XML), sarif (2.1.0), github (workflow annotations) "
+        "(default: text)",
     )
     p.add_argument(
         "--fail-on",
@@ -94,7 +95,10 @@ def run(args: argparse.Namespace) -> int:
         emit(args, statistics_text(args, diagnosis))
     else:
         color, width = use_color(args.output), output_width(args.output)
-        emit(args, render_check(report, args.format, color=color, width=width))
+        emit(
+            args,
+            render_check(report, args.format, color=color, width=width, diagnosis=diagnosis),
+        )
     say(args, verdict_line(report["gate"]))
     if args.record:
         from tracediag.ci.history import record

@@ -4,7 +4,11 @@ content as the Perfetto export, for chrome://tracing and other viewers of that f
 Ranks are processes (pid = rank), tracks threads (tid = track id, named by ``thread_name``
 metadata), events complete ``X`` events with category = kind, the critical path a chain of flow
 arrows (``s``/``f`` pairs binding to the path's slices) and every finding an ``X`` event with its
-details in ``args`` on a thread of its own in a ``tracediag findings`` process. Times are
+details in ``args`` on a thread of its own in a ``tracediag findings`` process. The top-level
+``tracediag`` key (after ``traceEvents``) says the file is ours, maps each process id to its
+rank and holds what the format has no place for, so that our reader gives the job back
+(:mod:`tracediag.parsers.chrome_own`): each event's fields and track, the tracks, the
+dependencies, the collectives and each rank's meta (:mod:`tracediag.model.own_export`). Times are
 microseconds written with three decimals, so ns survive exactly; the records are built as text
 column by column (no Python object per event).
 """
@@ -20,6 +24,7 @@ import orjson
 import pandas as pd
 
 from tracediag.export.perfetto_trace import critical_path_events
+from tracediag.model import own_export
 from tracediag.model import schema as S
 from tracediag.parsers.perfetto_tracks import FINDINGS_PROCESS
 
@@ -66,7 +71,9 @@ def write_chrome(diagnosis: Diagnosis, path: Path) -> None:
     lines = [*_metadata(trace, diagnosis), *events.tolist(), *_path_flows(trace, diagnosis)]
     lines += _finding_events(diagnosis, max(trace.ranks, default=-1) + 1)
     body = ",\n".join(lines)
-    data = f'{{"displayTimeUnit": "ns", "traceEvents": [\n{body}\n]}}\n'.encode()
+    block = own_export.dumps(own_block(trace)).decode()
+    data = f'{{"displayTimeUnit": "ns", "traceEvents": [\n{body}\n],\n"tracediag": {block}}}\n'
+    data = data.encode()
     if Path(path).name.lower().endswith(".gz"):  # x.trace.json.gz: what the name says
         data = gzip.compress(data, compresslevel=6)
     Path(path).write_bytes(data)
@@ -140,3 +147,36 @@ def _finding_events(diagnosis: Diagnosis, pid: int) -> list[str]:
         }
         out.append(orjson.dumps(meta).decode())
     return out
+
+
+def _codes(col: pd.Series) -> dict:
+    """A text column as its distinct values and each row's index into them (-1: missing)."""
+    values, codes = S.text_codes(col)
+    return {"values": values, "codes": codes}
+
+
+def own_block(trace: S.Trace) -> dict:
+    """The ``tracediag`` key: schema, ranks' meta, the rank of each pid and the columns of the
+    events (in the order of their ``X`` events), tracks, edges and collectives."""
+    ev, co = trace.events, trace.collectives
+    numbers = [S.BYTES, S.FLOPS, S.WAIT, S.STEP, S.TRANSPOSE_FLOPS]
+    texts = [S.LAYER, S.OP, S.SOURCE, S.DTYPE]
+    events = {c: ev[c].to_numpy(dtype=np.float64) for c in numbers if c in ev}
+    events |= {c: _codes(ev[c]) for c in texts if c in ev}
+    events |= {"n": len(ev), S.TRACK: ev[S.TRACK].to_numpy(), S.SRC_ID: ev[S.SRC_ID].to_numpy()}
+    tracks = {
+        c: _codes(trace.tracks[c])
+        for c in (S.TRACK_NAME, S.TRACK_KIND, S.ENGINE, S.DEVICE, S.CLOCK)
+    }
+    tracks[S.RANK] = trace.tracks[S.RANK].to_numpy()
+    edges = {S.SRC: trace.edges[S.SRC].to_numpy(), S.DST: trace.edges[S.DST].to_numpy()}
+    edges[S.EDGE_KIND] = _codes(trace.edges[S.EDGE_KIND])
+    coll = {}
+    for col, dtype in S.COLLECTIVE_COLUMNS.items():
+        coll[col] = _codes(co[col]) if dtype == "object" else co[col].to_numpy()
+    return {
+        "schema": own_export.SCHEMA,
+        "ranks": own_export.rank_block(trace.meta),
+        "pids": {str(r): r for r in trace.ranks},  # pid = rank (the findings pid is not one)
+        "events": events, "tracks": tracks, "edges": edges, "collectives": coll,
+    }  # fmt: skip

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from pathlib import PurePath
 
-import orjson
-
 from tracediag.model.units import fmt_ns
 from tracediag.model.wording import ranks_label
+from tracediag.report.evidence_words import evidence_text
 from tracediag.report.labels import window
 
 
@@ -63,24 +62,13 @@ def finding_figures(finding: dict, report: dict) -> str:
     span = window(finding, report["critical_path"]["start_ns"])
     if span:
         lines.append(f"window: {span} from the start of the critical path")
-    evidence = {k: v for k, v in (finding.get("evidence") or {}).items() if not _is_id_list(k, v)}
+    # In words, without our tables' row numbers (the JSON report and SARIF properties keep them).
+    evidence = evidence_text(finding.get("evidence") or {}, report["critical_path"]["start_ns"])
     if evidence:
-        text = orjson.dumps(
-            evidence, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
-        ).decode()
-        lines.append(f"evidence: {text}")
+        lines += ["evidence:", *(f"  {line}" for line in evidence)]
     if finding.get("suggestion"):
         lines.append(f"suggestion: {finding['suggestion']}")
     return "\n".join(lines)
-
-
-#: Evidence keys whose lists number rows of tracediag's own tables (event ids, collective keys):
-#: the JSON report keeps them for tools; a CI log reader cannot look them up.
-_ID_LIST_KEYS = frozenset({"events", "event_ids", "coll_keys"})
-
-
-def _is_id_list(key: str, value) -> bool:
-    return key in _ID_LIST_KEYS and isinstance(value, (list, tuple))
 
 
 def gate_of(report: dict) -> dict:

@@ -91,7 +91,7 @@ FORMATS: dict[str, OutputFormat] = {
         OutputFormat("text", _BOTH, _text),
         OutputFormat("json", _BOTH, _json),
         OutputFormat("markdown", _BOTH, _markdown),
-        OutputFormat("html", ("report",), _html),
+        OutputFormat("html", _BOTH, _html),  # check: the report with its gate section
         OutputFormat("junit", ("check",), _junit),
         OutputFormat("sarif", ("check",), _sarif),
         OutputFormat("github", ("check",), _github),
@@ -122,7 +122,15 @@ def render(
     return out.render(diagnosis.to_dict(), RenderOptions(color, width, trend, diagnosis))
 
 
-def render_check(report: dict, fmt: str, *, color: bool = False, width: int = 100) -> str:
+def render_check(
+    report: dict,
+    fmt: str,
+    *,
+    color: bool = False,
+    width: int = 100,
+    diagnosis: Diagnosis | None = None,
+) -> str:
     """The check report (with ``gate``) in format ``fmt`` (one of :data:`CHECK_FORMATS`);
-    ``color`` and ``width`` (columns) for text only."""
-    return _format(fmt, "check").render(report, RenderOptions(color, width))
+    ``color`` and ``width`` (columns) for text only, ``diagnosis`` (the one ``report`` came
+    from) for the pictures of the trace in HTML."""
+    return _format(fmt, "check").render(report, RenderOptions(color, width, None, diagnosis))

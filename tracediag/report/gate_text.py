@@ -6,7 +6,7 @@ from tracediag.ci.gate import regression_message, verdict_line
 from tracediag.model.wording import plural
 
 
-def _lines(gate: dict) -> list[tuple[str, str]]:
+def gate_lines(gate: dict) -> list[tuple[str, str]]:
     """(mark, text) pairs: ``x`` fails the gate, ``ok`` passes, ``-`` is for information."""
     out: list[tuple[str, str]] = []
     for f in gate["failures"]:
@@ -27,7 +27,8 @@ def _lines(gate: dict) -> list[tuple[str, str]]:
     return out
 
 
-def _baseline_summary(comparison: dict) -> str:
+def baseline_summary(comparison: dict) -> str:
+    """One sentence: the baseline's runs, the new, fixed and known findings, the regressions."""
     regressions = sum(1 for r in comparison["metrics"] if r["status"] == "regression")
     return (
         f"Against a baseline of {plural(comparison['runs'], 'run')}: "
@@ -40,8 +41,8 @@ def render_gate_text(gate: dict) -> str:
     """``Gate: ...`` and one line per failure, budget and baseline change."""
     lines = ["", f"Gate: {verdict_line(gate)}"]
     if gate["baseline"]:
-        lines.append(f"  {_baseline_summary(gate['baseline'])}")
-    lines += [f"  {mark:>2} {text}" for mark, text in _lines(gate)]
+        lines.append(f"  {baseline_summary(gate['baseline'])}")
+    lines += [f"  {mark:>2} {text}" for mark, text in gate_lines(gate)]
     return "\n".join(lines) + "\n"
 
 
@@ -54,6 +55,6 @@ def render_gate_markdown(gate: dict) -> str:
     icon = {"x": "❌", "ok": "✅", "-": "ℹ️"}
     lines = ["", "## Gate", "", f"**{verdict_line(gate)}**", ""]
     if gate["baseline"]:
-        lines += [_baseline_summary(gate["baseline"]), ""]
-    lines += [f"- {icon[mark]} {_md_escape(text)}" for mark, text in _lines(gate)]
+        lines += [baseline_summary(gate["baseline"]), ""]
+    lines += [f"- {icon[mark]} {_md_escape(text)}" for mark, text in gate_lines(gate)]
     return "\n".join(lines) + "\n"

@@ -10,6 +10,7 @@ from statistics import median
 
 from tracediag.model.units import fmt_ns
 from tracediag.model.wording import rank_list, ranks_label
+from tracediag.report.bounds_precision import BOUND_KEYS, bounds_rows, precision_rows
 from tracediag.report.labels import severity_counts, total_saving, window
 from tracediag.report.svg import (
     CATEGORY_COLORS,
@@ -27,15 +28,20 @@ body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px 
 color:#222;line-height:1.4}
 h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;font-size:13px}td,th{padding:3px 10px;border-bottom:1px solid #eee;
-text-align:left}th{background:#f5f5f5}td.num{text-align:right;font-variant-numeric:tabular-nums}
+text-align:left}th{background:#f5f5f5}.num{text-align:right;font-variant-numeric:tabular-nums}
 .sev{color:#fff;border-radius:3px;padding:1px 6px;font-size:12px}
 .error{background:#C62828}.warning{background:#EF6C00}.info{background:#1565C0}
 .pass{color:#2E7D32;font-weight:600}.fail{color:#C62828;font-weight:600}
 details{margin:6px 0}summary{cursor:pointer}.muted{color:#666;font-size:12px}
+.bar{display:inline-block;height:9px;vertical-align:middle;margin-right:6px}
 """
 
 #: Findings drawn on the timeline (the rest are in the table).
 MAX_LANES = 15
+#: The bounds table's bar per bound: its colour (one per column, none used elsewhere on the page)
+#: and the width of a bar as long as the rank's window.
+BOUND_COLORS = ("#8E24AA", "#CE93D8", "#00838F", "#80DEEA", "#6D4C41")
+BOUND_BAR_PX = 60
 #: From this many instances on, the skew heatmap may show a selection (html_views caps it).
 MAX_SKEW_NOTE = 8
 
@@ -80,7 +86,7 @@ def _critical_path(report: dict) -> str:
     )
     return (
         "<h2>Critical path by category</h2>"
-        + stacked_bar(parts, total)
+        + stacked_bar(parts, total, caption=f"of {fmt_ns(total)}")
         + (f'<p class="muted">compute by engine: {engines}</p>' if engines else "")
     )
 
@@ -155,7 +161,11 @@ def _timeline(report: dict) -> str:
         f'<p class="muted">The worst window (largest saving: {escape(worst["code"])}, '
         f"{escape(window(worst, cp['start_ns']))}) is shaded.</p>"
         + timeline(
-            cp["start_ns"], cp["end_ns"], lanes, (worst["start_ns"], worst["end_ns"]), fmt_ns
+            cp["start_ns"],
+            cp["end_ns"],
+            lanes,
+            (worst["start_ns"], worst["end_ns"]),
+            "from the start of the critical path",
         )
     )
 
@@ -188,7 +198,73 @@ def _worst_window(report: dict, views) -> str:
         "runs in this window, from "
         f"{escape(fmt_ns(w.start_ns - report['critical_path']['start_ns']))} into the critical path, "
         "on the tracks it runs on, then their busiest; the finding's window is shaded and the critical path's events "
-        "are underlined in black.</p>" + window_lanes(w, fmt_ns)
+        "are underlined in black.</p>" + window_lanes(w, "from the start of the window")
+    )
+
+
+def _table(header: list[str], rows: list[list[str]], text: tuple[int, ...]) -> str:
+    """A plain table of cells already escaped: the columns ``text`` left-aligned, the others
+    right-aligned numbers."""
+    head = "".join(
+        f"<th>{escape(h)}</th>" if i in text else f'<th class="num">{escape(h)}</th>'
+        for i, h in enumerate(header)
+    )
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{c}</td>" if i in text else f'<td class="num">{c}</td>' for i, c in enumerate(r)
+        )
+        + "</tr>"
+        for r in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _bounds(report: dict) -> str:
+    """Bounds per rank (as in the text report), each with a bar scaled to the rank's window,
+    and the matmuls by numeric format."""
+    out = []
+    header, rows = bounds_rows(report)
+    if rows:
+        cells = []
+        for b, row in zip(report["bounds"], rows, strict=True):
+            total = b["window"]["total_ns"] or 0
+            line = [escape(row[0]), escape(row[1])]
+            for key, color, text in zip(BOUND_KEYS, BOUND_COLORS, row[2:-1], strict=True):
+                ns = b["bounds_ns"][key]
+                px = round(BOUND_BAR_PX * min(ns / total, 1.0)) if ns and total > 0 else 0
+                bar = f'<span class="bar" style="width:{px}px;background:{color}"></span>'
+                line.append((bar if px else "") + escape(text))
+            cells.append([*line, escape(row[-1])])
+        out += [
+            "<h2>Bounds per rank</h2>",
+            '<p class="muted">The time each engine family needs, against the rank\'s window '
+            "(a bar is its share of the window): DMA active and DMA at peak bandwidth (memory), "
+            "tensor-engine active and all matmul FLOPs at peak (compute), the busiest engine "
+            "(pipeline). Gaps and sources: <code>tracediag bounds --format json</code>.</p>",
+            _table(header, cells, text=(0, len(header) - 1)),
+        ]
+    header, rows = precision_rows(report)
+    if rows:
+        esc = [[escape(c) for c in r] for r in rows]
+        out += ["<h2>Matmuls by numeric format</h2>", _table(header, esc, text=(0, 1))]
+    return "".join(out)
+
+
+def _gate(report: dict) -> str:
+    """``check``'s verdict and a line per failure, budget and baseline change (as in text)."""
+    gate = report.get("gate")
+    if not gate:
+        return ""
+    from tracediag.ci.gate import verdict_line
+    from tracediag.report.gate_text import baseline_summary, gate_lines
+
+    css = "pass" if gate["passed"] else "fail"
+    icon = {"x": "&#10060;", "ok": "&#9989;", "-": "&#8505;&#65039;"}
+    items = "".join(f"<li>{icon[m]} {escape(t)}</li>" for m, t in gate_lines(gate))
+    base = f"<p>{escape(baseline_summary(gate['baseline']))}</p>" if gate["baseline"] else ""
+    return f'<h2>Gate</h2><p class="{css}">{escape(verdict_line(gate))}</p>{base}' + (
+        f"<ul>{items}</ul>" if items else ""
     )
 
 
@@ -257,7 +333,9 @@ def render_html(report: dict, trend: dict | None = None, views=None) -> str:
         _skew(views),
         _timeline(report),
         _worst_window(report, views),
+        _bounds(report),
         _findings(report),
+        _gate(report),
         _trend(trend),
     ]
     return (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tracediag.model.units import fmt_ns
+from tracediag.model.wording import plural
 
 
 def percent(part: float, whole: float) -> str:
@@ -19,8 +20,12 @@ def window(finding: dict, path_start_ns: int) -> str:
 
 
 def severity_counts(summary: dict) -> str:
-    """``"1 error, 2 warning, 0 info"`` from the report's summary."""
-    return ", ".join(f"{summary[s]} {s}" for s in ("error", "warning", "info"))
+    """``"1 error, 2 warnings, 0 info"`` from the report's summary ("info" is a mass noun: no
+    plural)."""
+    return ", ".join(
+        [plural(summary["error"], "error"), plural(summary["warning"], "warning")]
+        + [f"{summary['info']} info"]
+    )
 
 
 def total_saving(summary: dict) -> tuple[str, str, str]:

@@ -101,6 +101,8 @@ def _finding_result(report, gate, i, f, rule_index, artifacts, baseline_new) -> 
             "impact_pct": f["impact_pct"],
             "saving_ns": f["saving_ns"],
             "fails_gate": bool(gate["failing"][i]),
+            # machine ids (event ids, collective keys) for tools; the message has words only
+            "evidence": f.get("evidence") or {},
         },
     }
     if baseline_new is not None:
@@ -157,4 +159,5 @@ def render_sarif(report: dict) -> str:
         "properties": {"gate_passed": gate["passed"], "fail_on": gate["fail_on"]},
     }
     log = {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
-    return orjson.dumps(log, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE).decode()
+    options = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY
+    return orjson.dumps(log, option=options | orjson.OPT_NON_STR_KEYS).decode()

@@ -37,8 +37,11 @@ def _text(
     )
 
 
-def stacked_bar(parts: list[tuple[str, float, str]], total: float, width: int = 860) -> str:
-    """One horizontal bar split into ``(label, value, colour)`` parts, with a legend below."""
+def stacked_bar(
+    parts: list[tuple[str, float, str]], total: float, width: int = 860, caption: str = ""
+) -> str:
+    """One horizontal bar split into ``(label, value, colour)`` parts, a percent scale under it
+    (``caption`` after 100%: what the whole is), and a legend below."""
     body = []
     x = 0.0
     for label, value, color in parts:
@@ -49,7 +52,12 @@ def stacked_bar(parts: list[tuple[str, float, str]], total: float, width: int = 
                 f"<title>{escape(label)}</title></rect>"
             )
         x += w
-    y = 60
+    body.append(f'<line x1="0" y1="38" x2="{width}" y2="38" stroke="#555"/>')
+    for k in range(5):
+        anchor = "start" if k == 0 else "end" if k == 4 else "middle"
+        text = f"{25 * k}%" + (f" {caption}" if k == 4 and caption else "")
+        body.append(_text(width * k / 4, 52, text, 11, anchor, "#555"))
+    y = 80
     col = 0
     for label, _value, color in parts:
         lx = 10 + (col % 3) * (width // 3)
@@ -93,21 +101,38 @@ def heatmap(
     return _svg(left + len(columns) * cell_w, top + len(rows) * row_h + 4, body, "per-rank heatmap")
 
 
-def _time_axis(left, plot, axis_y, start, span, x, fmt, prefix: str = "") -> list[str]:
-    """A horizontal axis under a timeline with five ticks labelled by the time since ``start``."""
+#: (ns per unit, name) for a time axis: the largest unit the axis's span reaches.
+_AXIS_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "µs"), (1, "ns"))
+#: Room below a time axis's line for its ticks and its caption.
+AXIS_ROOM = 40
+
+
+def axis_unit(span_ns: float) -> tuple[int, str]:
+    """(ns per unit, unit name) of a time axis spanning ``span_ns``: ``(1_000_000, "ms")`` for
+    8.1 ms, so its ticks read ``0, 2.032, ... 8.128`` under one caption naming ``ms``."""
+    return next(((n, u) for n, u in _AXIS_UNITS if span_ns >= n), _AXIS_UNITS[-1])
+
+
+def _time_axis(left, plot, axis_y, start, span, x, caption: str, prefix: str = "") -> list[str]:
+    """A horizontal axis under a timeline: five ticks in one unit (the first and last kept
+    inside the plot) and a caption naming the unit and what the times count from."""
+    per, unit = axis_unit(span)
     out = [f'<line x1="{left}" y1="{axis_y}" x2="{left + plot}" y2="{axis_y}" stroke="#555"/>']
     for k in range(5):
         t = start + span * k // 4
-        out.append(_text(x(t), axis_y + 16, prefix + fmt(t - start), 11, "middle"))
+        anchor = "start" if k == 0 else "end" if k == 4 else "middle"
+        text = f"{prefix if k else ''}{(t - start) / per:.4g}"
+        out.append(_text(x(t), axis_y + 16, text, 11, anchor))
+    out.append(_text(left + plot, axis_y + 32, f"time ({unit}) {caption}", 11, "end", "#555"))
     return out
 
 
 def timeline(
     start: int, end: int, lanes: list[tuple[str, int, int, str]], shade: tuple[int, int] | None,
-    fmt, width: int = 860,
+    caption: str, width: int = 860,
 ) -> str:  # fmt: skip
     """Bars ``(label, start, end, colour)`` on one time axis from ``start`` to ``end``, the
-    window ``shade`` highlighted; ``fmt`` formats a duration for the axis."""
+    window ``shade`` highlighted; ``caption`` says what the axis's times count from."""
     left, lane_h, top = 220, 22, 10
     span = max(end - start, 1)
     plot = width - left - 10
@@ -116,11 +141,11 @@ def timeline(
         return left + plot * (t - start) / span
 
     body = []
-    height = top + len(lanes) * lane_h + 30
+    height = top + len(lanes) * lane_h + 8 + AXIS_ROOM
     if shade:
         body.append(
             f'<rect x="{x(shade[0]):.1f}" y="0" width="{max(x(shade[1]) - x(shade[0]), 2):.1f}" '
-            f'height="{height - 24}" fill="#FFF3C4"/>'
+            f'height="{height - AXIS_ROOM - 2}" fill="#FFF3C4"/>'
         )
     for i, (label, s, e, color) in enumerate(lanes):
         y = top + i * lane_h
@@ -129,7 +154,7 @@ def timeline(
             f'<rect x="{x(s):.1f}" y="{y + 3}" width="{max(x(e) - x(s), 2):.1f}" height="{lane_h - 6}" '
             f'fill="{color}"><title>{escape(label)}</title></rect>'
         )
-    body += _time_axis(left, plot, height - 22, start, span, x, fmt)
+    body += _time_axis(left, plot, height - AXIS_ROOM, start, span, x, caption)
     return _svg(width, height, body, "timeline")
 
 
@@ -209,13 +234,24 @@ def skew_grid(grid, fmt, width: int = 860) -> str:
                 f'height="{row_h - 1}" fill="{_skew_fill(int(grid.level[r, c]))}">'
                 f"<title>{escape(tip)}</title></rect>"
             )
-    height = top + n_ranks * row_h + 6
-    return _svg(int(left + n_inst * cell_w + 10), height, body, "collective arrival skew")
+    axis_y = top + n_ranks * row_h + 4
+    body.append(
+        f'<line x1="{left}" y1="{axis_y}" x2="{left + n_inst * cell_w:.1f}" y2="{axis_y}" '
+        'stroke="#555"/>'
+    )
+    # The columns are instances, not a time scale: the axis says so and how many.
+    caption = f"collective instances 1 to {n_inst}, in time order \u2192"
+    body.append(_text(left, axis_y + 16, caption, 11, "start", "#555"))
+    return _svg(
+        int(max(left + n_inst * cell_w + 10, left + 8 * len(caption))), axis_y + 24, body,
+        "collective arrival skew",
+    )  # fmt: skip
 
 
-def window_lanes(view, fmt, width: int = 860) -> str:
+def window_lanes(view, caption: str, width: int = 860) -> str:
     """The events of a time window, one lane per track, merged to pixel resolution, with the
-    critical path's events underlined in black and the finding's own window shaded."""
+    critical path's events underlined in black and the finding's own window shaded;
+    ``caption`` says what the axis's times count from."""
     left, lane_h, top = 210, 20, 6
     plot = width - left - 10
     scale = plot / 640  # the view's pixel grid is html_views.PLOT_PX wide
@@ -224,11 +260,11 @@ def window_lanes(view, fmt, width: int = 860) -> str:
     def x(t: int) -> float:
         return left + plot * (t - view.start_ns) / span
 
-    height = top + len(view.lanes) * lane_h + 30
+    height = top + len(view.lanes) * lane_h + 8 + AXIS_ROOM
     body = [
         f'<rect x="{x(view.finding_start_ns):.1f}" y="0" '
         f'width="{max(x(view.finding_end_ns) - x(view.finding_start_ns), 2):.1f}" '
-        f'height="{height - 24}" fill="#FFF3C4"/>'
+        f'height="{height - AXIS_ROOM - 2}" fill="#FFF3C4"/>'
     ]
     for i, lane in enumerate(view.lanes):
         y = top + i * lane_h
@@ -243,5 +279,5 @@ def window_lanes(view, fmt, width: int = 860) -> str:
                 f'<rect x="{left + a * scale:.1f}" y="{y + lane_h - 6}" '
                 f'width="{max((b - a) * scale, 1):.1f}" height="3" fill="#111"/>'
             )
-    body += _time_axis(left, plot, height - 22, view.start_ns, span, x, fmt, "+")
+    body += _time_axis(left, plot, height - AXIS_ROOM, view.start_ns, span, x, caption, "+")
     return _svg(width, height, body, "worst window timeline")

@@ -12,36 +12,10 @@ from textual.widgets import Footer, Markdown, Static
 
 from tracediag.engine.rule import all_rules
 from tracediag.model.findings import Finding
-from tracediag.model.units import fmt_bytes, fmt_ns
+from tracediag.model.units import fmt_ns
 from tracediag.model.wording import rank_list
+from tracediag.report.evidence_words import evidence_rows
 from tracediag.tui.styles import SEVERITY_STYLE
-
-
-def evidence_rows(evidence: dict, prefix: str = "") -> list[tuple[str, str]]:
-    """Evidence as (key, value) rows: ``*_ns`` as times, ``*bytes*`` as sizes, nesting flattened."""
-    rows: list[tuple[str, str]] = []
-    for key, value in evidence.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            rows += evidence_rows(value, f"{name}.")
-        elif isinstance(value, list) and value and isinstance(value[0], dict):
-            for i, item in enumerate(value):
-                rows += evidence_rows(item, f"{name}[{i}].")
-        elif isinstance(value, list):
-            rows.append((name, ", ".join(map(str, value))))
-        else:
-            rows.append((name, _number(key, value)))
-    return rows
-
-
-def _number(key: str, value) -> str:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    if key.endswith("_ns"):
-        return fmt_ns(value)
-    if "bytes" in key:
-        return fmt_bytes(value)
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 class FindingDetailScreen(Screen):
@@ -84,7 +58,7 @@ class FindingDetailScreen(Screen):
         evidence = Table.grid(padding=(0, 2))
         evidence.add_column(style="dim")
         evidence.add_column()
-        for key, value in evidence_rows(f.evidence):
+        for key, value in evidence_rows(f.evidence, base):  # words, not field names
             evidence.add_row(key, value)
         rule = all_rules().get(f.code)
         with VerticalScroll(id="detail"):

@@ -14,6 +14,21 @@ from tracediag.model import schema as S
 from tracediag.model.units import fmt_bytes, fmt_ns
 from tracediag.tui.session import Session
 
+#: How the event panel names each edge code of the graph (``G.EDGE_CODE_NAMES``).
+EDGE_WORDS = {
+    "program_order": "the order of its track",
+    "dependency": "a dependency the trace records",
+    "dma_trigger": "the DMA it triggered",
+    "launch": "its launch",
+    "flow": "a flow arrow of the trace",
+    "sync": "a stream or event wait",
+    "collective_arrival": "its arrival at the collective",
+    "collective_start": "the collective's start",
+    "sync_completion": "the completion it waited for",
+    "stream_wait": "an inferred stream wait",
+    "thread_handoff": "an inferred hand-off between threads",
+}
+
 
 def _field(ev, col: str, event: int):
     if col not in ev:
@@ -53,7 +68,8 @@ def bound_by(session: Session, event: int) -> str:
         return f"the collective's instance, gap {fmt_ns(gap)}"
     pe = int(graph.event[pred])
     what = event_label(session, pe) if pe >= 0 else "a helper node"
-    return f"{what} via {G.EDGE_CODE_NAMES[code]}, gap {fmt_ns(gap)}"
+    name = G.EDGE_CODE_NAMES[code]
+    return f"{what} via {EDGE_WORDS.get(name, name.replace('_', ' '))}, gap {fmt_ns(gap)}"
 
 
 def describe(session: Session, event: int, segment: int = -1) -> list[tuple[str, str]]:
@@ -77,7 +93,7 @@ def describe(session: Session, event: int, segment: int = -1) -> list[tuple[str,
     if wait:
         times.append(f"wait {fmt_ns(wait)}")
     rows = [
-        ("event", f"{ev[S.NAME].iat[event]}  #{event}"),
+        ("event", str(ev[S.NAME].iat[event])),  # not our row number: it names nothing the user has
         ("where", "  ".join(what)),
         ("time", "  ".join(times)),
     ]

@@ -12,7 +12,7 @@ from textual.widgets import DataTable, Footer, Input, Static
 
 from tracediag.model.findings import Finding
 from tracediag.model.units import fmt_ns
-from tracediag.model.wording import rank_list
+from tracediag.model.wording import plural, rank_list
 from tracediag.tui import findings_query as Q
 from tracediag.tui.styles import SEVERITY_STYLE
 
@@ -90,7 +90,7 @@ class FindingsScreen(Screen):
         if keep in self.shown:
             table.move_cursor(row=self.shown.index(keep))
         total = len(self.findings)
-        text = f"{len(self.shown)} of {total} findings · {self.query_state.describe()}"
+        text = f"{len(self.shown)} of {plural(total, 'finding')} · {self.query_state.describe()}"
         if self.query_state.text:
             text += f" · search {self.query_state.text!r}"
         self.query_one("#query", Static).update(text)

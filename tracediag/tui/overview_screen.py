@@ -12,6 +12,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from tracediag.model.units import fmt_ns
 from tracediag.model.wording import plural, rank_list
+from tracediag.report.bounds_precision import bounds_rows, precision_rows
 from tracediag.report.labels import layout_label, severity_counts
 from tracediag.tui.findings_screen import finding_cells
 from tracediag.tui.styles import CATEGORY_COLOR
@@ -96,6 +97,19 @@ def _ranks_table(report: dict) -> Table:
     return table
 
 
+def rows_table(header: list[str], rows: list[list[str]], text: tuple[int, ...]) -> Table:
+    """A plain table of text rows: the columns ``text`` left-aligned, the others numbers; one
+    space between columns and the last column wrapping, so that 80 columns hold the bounds."""
+    table = Table(box=None, padding=(0, 1, 0, 0), header_style="bold")
+    for i, col in enumerate(header):
+        table.add_column(
+            col, justify="left" if i in text else "right", no_wrap=i != len(header) - 1
+        )
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def _inputs_table(report: dict) -> Table:
     table = Table(box=None, padding=(0, 1), header_style="bold")
     for col in ("input", "format", "ranks"):
@@ -144,6 +158,14 @@ class OverviewScreen(Screen):
             )
             yield Static(_ranks_line(report), id="layout")
             yield Static(_ranks_table(report), id="ranks")
+            header, rows = bounds_rows(report)  # none in reports saved before bounds existed
+            if rows:
+                yield Static("Bounds per rank (tracediag bounds: gaps, sources)", classes="heading")
+                yield Static(rows_table(header, rows, (0, len(header) - 1)), id="bounds")
+            header, rows = precision_rows(report)
+            if rows:
+                yield Static("Matmuls by numeric format", classes="heading")
+                yield Static(rows_table(header, rows, (0, 1)), id="precision")
             yield Static("Inputs", classes="heading")
             yield Static(_inputs_table(report), id="inputs")
         yield Footer(show_command_palette=False)

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from tracediag.model.units import fmt_ns
+from tracediag.model.wording import plural
 
 #: Sortable columns (key, header), in the order ``s`` cycles through them.
 SORTS = (
@@ -167,6 +168,6 @@ class PathTable:
         share = 100.0 * group.total_ns / self.length_ns
         mark = "▾" if opened else "▸"
         return (
-            f"{mark} {group.label}  {group.count} segments  {fmt_ns(group.total_ns)}  "
+            f"{mark} {group.label}  {plural(group.count, 'segment')}  {fmt_ns(group.total_ns)}  "
             f"{share:.1f}% of the path"
         )

@@ -11,6 +11,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from tracediag.model.units import fmt_ns
+from tracediag.model.wording import plural
 from tracediag.tui import targets
 from tracediag.tui.path_query import PathQuery, PathTable
 from tracediag.tui.row_list import RowList
@@ -77,7 +78,7 @@ class PathScreen(Screen):
         )
         length = fmt_ns(self.app.session.diagnosis.analysis.length_ns)
         self.query_one("#path-summary", Static).update(
-            f"{shown} of {len(self.table)} segments, {length} · {self.query_state.describe()}"
+            f"{shown} of {plural(len(self.table), 'segment')}, {length} · {self.query_state.describe()}"
             " · enter opens"
         )
 
