@@ -16,6 +16,7 @@ import pandas as pd
 from tracediag.model import numeric_formats as dtypes
 from tracediag.model import schema as S
 from tracediag.model.assembly import TRACK_DEVICE, TRACK_ENGINE, TRACK_KIND_COL, TRACK_LABEL
+from tracediag.model.collective_ops import ONE_SIDED_OPS
 from tracediag.parsers.neuron_common import (
     column,
     constant,
@@ -26,6 +27,7 @@ from tracediag.parsers.neuron_common import (
     normalise_engines,
     numbered,
 )
+from tracediag.parsers.neuron_kernel_fields import source_lines, tensor_operand_fields
 
 _INNER_LIST = re.compile(r"\[([\d,\s]*)\]")
 
@@ -98,12 +100,15 @@ def instruction_events(df: pd.DataFrame, device: str) -> pd.DataFrame:
             S.WAIT: floats(column(df, "evt_wait_time_ns"), n),
             S.LAYER: labels(column(df, "layer"), n),
             S.OP: labels(column(df, "hlo_name"), n),
-            S.SOURCE: labels(column(df, "nki_source_location"), n),
+            S.SOURCE: source_lines(df, n),
             S.SRC_ID: np.where(valid, ids, -1),
             S.DTYPE: instruction_dtypes(df),
             S.TRANSPOSE_FLOPS: floats(column(df, "flops_transpose"), n),
         },
     )  # fmt: skip
+    for name, values in tensor_operand_fields(df, engine).items():
+        if np.isfinite(values).any():  # only where a tensor instruction states its tile
+            out[name] = values
     return semaphore_waits_as_stalls(out, opcode)
 
 
@@ -142,9 +147,7 @@ def instruction_dtypes(df: pd.DataFrame) -> pd.Categorical:
     )
     named = dtypes.from_operands(labels(column(df, "operands"), n))
     named = dtypes.fill(named, dtypes.from_operands(labels(column(df, "instruction_chain"), n)))
-    decisive = np.isin(rate.codes, [dtypes.DTYPES.index("fp32"), dtypes.DTYPES.index("fp8")])
-    codes = np.where(decisive | (named.codes < 0), rate.codes, named.codes)
-    return pd.Categorical.from_codes(codes, categories=dtypes.DTYPES)
+    return dtypes.rate_or_name(rate, named)
 
 
 def cc_events(df: pd.DataFrame, device: str) -> pd.DataFrame:
@@ -184,20 +187,58 @@ def _texts(df: pd.DataFrame, name: str, missing: str) -> np.ndarray:
     return np.asarray(fill_missing(labels(column(df, name), len(df)), missing), dtype=object)
 
 
+def _permute_sides(
+    df: pd.DataFrame, groups: np.ndarray, rank: int, key: pd.Series, members: np.ndarray
+) -> None:
+    """A ``CollectivePermute`` whose group is one ``[[source, target]]`` pair holding the rank is
+    one side of a transfer the other rank's profile shows on another stream under its own op id:
+    both sides take the key ``permute|source,target|k`` (the k-th transfer of that pair, in start
+    order, as each side sees them in the same order) and the group in source, target order
+    (``collective_ops.ONE_SIDED_OPS``). In place."""
+    codes, uniques = pd.factorize(groups)
+    ordered = []  # per distinct group: "source,target" where it is one pair holding the rank
+    for g in uniques:
+        lists = [body.replace(",", " ").split() for body in _INNER_LIST.findall(g)]
+        pair = lists[0] if len(lists) == 1 else []
+        ordered.append(",".join(pair) if len(pair) == 2 and str(rank) in pair else "")
+    pair_of = np.array([*ordered, ""], dtype=object)[codes]
+    op = pd.Series(_texts(df, "operation", ""), dtype=object).str.lower()
+    side = op.isin(ONE_SIDED_OPS).to_numpy() & (pair_of != "")
+    if not side.any():
+        return
+    start, _ = times(df)
+    t = pd.Series(start.to_numpy(dtype=np.float64, na_value=np.nan)[side])
+    k = t.groupby(pair_of[side]).rank(method="first").to_numpy().astype(np.int64) - 1
+    key[side] = "permute|" + pair_of[side] + "|" + k.astype(str).astype(object)
+    members[side] = pair_of[side]
+
+
+def _stream_keys(df: pd.DataFrame) -> pd.Series:
+    """Per CcOp row, its stream as the ranks share it: ``x<execution>.<stream_index>`` where
+    the row has ``stream_index`` (relative to the execution: the reference), else its
+    ``stream_id`` (unique within one profile, equal across ranks only by convention), else "".
+    The execution (``execution_index``, set by the reader) is empty when not known."""
+    n = len(df)
+    stream, svalid = ints(column(df, "stream_id"), n)
+    index, ivalid = ints(column(df, "stream_index"), n)
+    execution, evalid = ints(column(df, "execution_index"), n)
+    exe = np.where(evalid, execution.astype(str), "").astype(object)
+    by_index = "x" + exe + "." + index.astype(str).astype(object)
+    by_id = np.where(svalid, stream.astype(str), "").astype(object)
+    return pd.Series(np.where(ivalid, by_index, by_id), dtype=object)
+
+
 def cc_collectives(df: pd.DataFrame, first_row: int, rank: int, meta: S.RankMeta) -> pd.DataFrame:
     """One collective row per ``CcOp`` row; times are filled in by ``neuron_part.finish_part``."""
     n = len(df)
     groups = _texts(df, "replica_group", "")
-    stream, svalid = ints(column(df, "stream_id"), n)
+    stream_text = _stream_keys(df)
     op_id, ovalid = ints(column(df, "op_id"), n)
     if not ovalid.all():
         # Without an op id, the instance is its ordinal on its stream (in start order).
         start, _ = times(df)
         order = pd.DataFrame(
-            {
-                "s": np.where(svalid, stream, -1),
-                "t": start.to_numpy(dtype=np.float64, na_value=np.nan),
-            }
+            {"s": stream_text.to_numpy(), "t": start.to_numpy(dtype=np.float64, na_value=np.nan)}
         )
         ordinal = (
             order.sort_values("t", kind="stable").groupby("s").cumcount().sort_index().to_numpy()
@@ -205,15 +246,16 @@ def cc_collectives(df: pd.DataFrame, first_row: int, rank: int, meta: S.RankMeta
         op_id = np.where(ovalid, op_id, ordinal)
         meta.info["collective_seq_from_ordinal"] = int((~ovalid).sum())
     flat = pd.Series(groups, dtype=object).str.replace(r"\s+", "", regex=True)
-    stream_text = pd.Series(np.where(svalid, stream.astype(str), ""), dtype=object)
     key = flat + "|" + stream_text + "|" + pd.Series(op_id.astype(str), dtype=object)
+    members = _members(groups, rank)
+    _permute_sides(df, groups, rank, key, members)
     trigger = column(df, "trigger_start_ts")
     return pd.DataFrame(
         {
             S.EVENT: first_row + np.arange(n, dtype=np.int64),
             S.MATCH_KEY: key.to_numpy(dtype=object),
             S.COLL_OP: _texts(df, "operation", "unknown"),
-            S.GROUP: _members(groups, rank),
+            S.GROUP: members,
             S.SEQ: op_id,
             S.BYTES: _cc_bytes(df),
             S.ALGORITHM: _texts(df, "algorithm", ""),

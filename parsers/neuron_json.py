@@ -35,8 +35,10 @@ from tracediag.io.files import head
 from tracediag.model import schema as S
 from tracediag.model.assembly import RankPart
 from tracediag.model.errors import TraceInputError
+from tracediag.parsers import neuron_json_dma as json_dma
 from tracediag.parsers.neuron_common import column, device_of, ints, numeric_summary, rank_from_name
 from tracediag.parsers.neuron_errors import ERROR_COLUMNS, record_errors
+from tracediag.parsers.neuron_executions import execution_edges, pc_executions
 from tracediag.parsers.neuron_flow import EventIds
 from tracediag.parsers.neuron_json_tables import (
     detect_unit,
@@ -47,6 +49,7 @@ from tracediag.parsers.neuron_json_tables import (
     table_frame,
     to_ns,
 )
+from tracediag.parsers.neuron_parquet_notes import steps_of
 from tracediag.parsers.neuron_part import build_part, empty_part
 
 FORMAT = "neuron-json"
@@ -170,15 +173,37 @@ def _legacy_part(doc: dict, path: Path, meta: S.RankMeta) -> RankPart:
     divisor = detect_unit(instr, meta.summary.get("total_time"), meta)
     for frame in (instr, dma, cc):
         to_ns(frame, divisor)
+    if dma is not None:
+        dma = json_dma.add_transfers(dma, meta)
     record_errors(_error_table(doc, path), meta, divisor)
     _side_tables(doc, metadata, meta, divisor)
-    return build_part(
+    spans = pc_executions(instr, meta)
+    tables = {"instruction": instr, "dma": dma, "cc": cc}
+
+    def edges(ids: EventIds, first: dict[str, int]) -> list[pd.DataFrame]:
+        located = {k: (t, first[k]) for k, t in tables.items() if t is not None}
+        return [
+            *_explicit_edges(instr, dma, first, ids, path, meta),
+            execution_edges(spans, located),
+        ]
+
+    part = build_part(
         meta,
         device_of(metadata),
-        {"instruction": instr, "dma": dma, "cc": cc},
+        tables,
         {"instruction": "instruction", "dma": "dma", "cc": "cc_op"},
-        lambda ids, first: _explicit_edges(instr, dma, first, ids, path, meta),
+        edges,
     )
+    if spans is not None and len(part.events):
+        part.events[S.STEP] = steps_of(part.events[S.TS].to_numpy(dtype=np.int64), _tiled(spans))
+    return part
+
+
+def _tiled(spans):
+    """Executions as tiles: each runs to the next one's start (its DMAs and collectives may end
+    in the host gap after its last instruction); the last to the profile's end."""
+    starts, _ends, steps = spans
+    return starts, np.r_[starts[1:] - 1, np.iinfo(np.int64).max], steps
 
 
 def _side_tables(doc: dict, metadata: dict, meta: S.RankMeta, divisor: int) -> None:
@@ -239,6 +264,11 @@ def _explicit_edges(
         edges.append(_dependency_edges(instr, first["instruction"], ids, path, meta))
     if dma is not None:
         edges.append(_dma_trigger_edges(dma, first["dma"], ids, path, meta))
+    if dma is not None and "trigger_id" not in dma and "inst_dep_ids" not in dma:
+        # No trigger named: each transfer's from its queue's engine (neuron_json_dma).
+        edges.append(
+            json_dma.trigger_edges(instr, first.get("instruction", 0), dma, first["dma"], meta)
+        )
     return edges
 
 

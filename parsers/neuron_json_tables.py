@@ -50,11 +50,11 @@ RENAMES = {
 #: Legacy keys read per table.
 KEYS = {
     "instruction": [
-        "timestamp", "duration", "subgroup", "label", "opcode", "hlo_name", "id", "layer", "pcore_idx",
+        "timestamp", "duration", "subgroup", "label", "opcode", "hlo_name", "id", "pc", "layer", "pcore_idx",
         "nki_source_location", "evt_wait_time", "hbm_read_bytes", "hbm_write_bytes", "raw_flops", "inst_dep_ids",
         "adjusted_flops", "flops_transpose", "operands", "instruction_chain",
     ],
-    "dma": ["timestamp", "duration", "subgroup", "dma_queue", "transfer_size", "id", "variable", "engine_idx", "trigger_id", "inst_dep_ids", "queue_type"],
+    "dma": ["timestamp", "duration", "subgroup", "dma_queue", "transfer_size", "id", "variable", "engine_idx", "trigger_id", "inst_dep_ids", "queue_type", "block_id", "pcore_idx"],
     "cc_op": [
         "start_ts", "end_ts", "duration_ns", "operation", "algorithm", "dtype", "op_id", "stream_id",
         "trigger_engine", "trigger_start_ts", "input_size", "output_size", "algorithm_bandwidth",
@@ -73,11 +73,13 @@ EXACT = (
     "duration_ns",
     "trigger_start_ts",
     "id",
+    "pc",
     "op_id",
     "stream_id",
     "trigger_id",
     "pcore_idx",
     "engine_idx",
+    "block_id",
 )
 #: Fields in the file's time unit (converted to ns when the file is in picoseconds).
 TIME_FIELDS = (

@@ -52,8 +52,10 @@ from tracediag.parsers.neuron_common import (
 )
 from tracediag.parsers.neuron_errors import ERROR_COLUMNS, record_errors
 from tracediag.parsers.neuron_events import times
+from tracediag.parsers.neuron_executions import Spans, execution_of
 from tracediag.parsers.neuron_flow import flow_edges
-from tracediag.parsers.neuron_parquet_cc import fill_empty_groups
+from tracediag.parsers.neuron_kernel_fields import tensor_sizes
+from tracediag.parsers.neuron_parquet_cc import fill_empty_groups, stream_indices
 from tracediag.parsers.neuron_parquet_dma import (
     data_bytes,
     drop_duplicate_packets,
@@ -87,7 +89,8 @@ DEFAULT_HARDWARE = "trn1"
 INSTRUCTION_COLUMNS = [
     "start_ts", "end_ts", "duration_ns", "engine", "pcore_idx", "opcode", "id", "hlo_name", "layer",
     "nki_source_location", "evt_wait_time_ns", "raw_flops", "hbm_read_bytes", "hbm_write_bytes",
-    "adjusted_flops", "flops_transpose",
+    "adjusted_flops", "flops_transpose", "bir_debug_info_source_location", "dma_trigger_start_ts",
+    "dma_trigger_end_ts", "dma_wait_time_ns",
 ]  # fmt: skip
 #: Read only when ``adjusted_flops`` cannot tell the dtypes (a long text column per instruction).
 DTYPE_TEXT_COLUMNS = ["operands", "instruction_chain"]
@@ -102,6 +105,7 @@ CC_COLUMNS = [
 ]  # fmt: skip
 FLOW_COLUMNS = ["in_id", "in_table", "out_id", "out_table"]
 ACTIVE_COLUMNS = ["engine", "start_ts", "end_ts", "duration_ns"]
+CC_STREAM_COLUMNS = ["stream_id", "stream_index"]
 EXECUTION_COLUMNS = ["execution_index", "neff_name", "execution_start_ts", "execution_end_ts"]
 WARNING_COLUMNS = ["category", "message"]
 #: Metadata fields the analysis reads (hardware constants, device indices, the time base).
@@ -110,7 +114,7 @@ METADATA_FIELDS = [
     "first_hw_timestamp", "dma_ddr_bandwidth", "tensor_engine_num_rows", "tensor_engine_num_cols",
     "tensor_engine_clock_freq",
 ]  # fmt: skip
-TENSOR_COLUMNS = ["type", "size"]
+TENSOR_COLUMNS = ["type", "size", "variable_name"]
 
 #: File suffixes of other trace formats: a parent directory holding one beside its profiles is
 #: left to the loader's one-level expansion, so that those files are read too.
@@ -229,6 +233,7 @@ def _read_profile(path: Path, rank: int, rank_source: str) -> RankPart:
     tensors = read_table(files.get("TensorInfo"), TENSOR_COLUMNS)
     if tensors is not None and set(TENSOR_COLUMNS) <= set(tensors.columns):
         meta.info["tensor_io_bytes"] = io_tensor_bytes(tensors)
+        meta.info["tensor_sizes"] = tensor_sizes(tensors)
     profiler_warnings(read_table(files.get("Warning"), WARNING_COLUMNS), meta)
     if "Metadata" in files and not schema_known(version):
         wanted = {
@@ -238,7 +243,7 @@ def _read_profile(path: Path, rank: int, rank_source: str) -> RankPart:
         present = {t: column_names(files[t]) for t in wanted if t in files}
         schema_fields_missing(version, wanted, present, meta)
     try:
-        part = _events_part(files, meta, device_of(metadata))
+        part, spans = _events_part(files, meta, device_of(metadata), metadata)
     except TraceInputError as exc:
         if "Metadata" not in files or schema_known(version):
             raise
@@ -247,21 +252,20 @@ def _read_profile(path: Path, rank: int, rank_source: str) -> RankPart:
             f"{exc.problem} (profile schema version {version}: a major version this "
             "reader has not seen, which may have renamed it)",
         ) from None
-    spans = execution_steps(
-        read_table(files.get("ExecutionInfo"), EXECUTION_COLUMNS), _time_base(part, metadata), meta
-    )
     if spans is not None and len(part.events):
         part.events[S.STEP] = steps_of(part.events[S.TS].to_numpy(dtype=np.int64), spans)
     return part
 
 
-def _time_base(part: RankPart, metadata: dict) -> int:
+def _time_base(frames: list[pd.DataFrame | None], metadata: dict) -> int:
     """The profile start on the events' time base: Metadata ``first_hw_timestamp`` when the
     events are on the device clock (none starts before it), else 0 (profile-relative times)."""
     first = pd.to_numeric(pd.Series([metadata.get("first_hw_timestamp")]), errors="coerce")[0]
-    if not len(part.events) or pd.isna(first) or first <= 0:
+    starts = [f["start_ts"].min() for f in frames if f is not None and len(f)]
+    starts = [int(x) for x in starts if pd.notna(x)]
+    if not starts or pd.isna(first) or first <= 0:
         return 0
-    return int(first) if int(part.events[S.TS].min()) >= int(first) else 0
+    return int(first) if min(starts) >= int(first) else 0
 
 
 def io_tensor_bytes(tensors: pd.DataFrame) -> int:
@@ -292,13 +296,20 @@ def _timed_table(
     return frame
 
 
-def _events_part(files: dict, meta: S.RankMeta, device: str) -> RankPart:
+def _events_part(
+    files: dict, meta: S.RankMeta, device: str, metadata: dict
+) -> tuple[RankPart, Spans | None]:
+    """The rank's part and its ``ExecutionInfo`` executions on the events' time base (each
+    CcOp row is labelled with its execution: collectives match across ranks by it)."""
     instr = _timed_table(files, "Instruction", INSTRUCTION_COLUMNS, ("start_ts", "engine"))
     if instr is not None and (
         "adjusted_flops" not in instr or instr["adjusted_flops"].isna().all()
     ):
         texts = read_table(files["Instruction"], DTYPE_TEXT_COLUMNS)
         instr = instr.join(texts) if texts is not None else instr
+    if instr is not None and "operands" not in instr:  # the tensor engine's tile shapes
+        texts = read_table(files["Instruction"], ["operands"])
+        instr = instr.join(texts) if texts is not None and "operands" in texts else instr
     dma_table = "DmaPacket" if row_count(files.get("DmaPacket")) else "DmaPacketAggregated"
     has_dma = "DmaPacket" in files or "DmaPacketAggregated" in files
     dma = None
@@ -313,13 +324,21 @@ def _events_part(files: dict, meta: S.RankMeta, device: str) -> RankPart:
         dma["transfer_bytes"] = nbytes  # instruction-queue and tiny packets carry no data bytes
         meta.info["dma_granularity"] = "packet" if dma_table == "DmaPacket" else "block"
     cc = _timed_table(files, "CcOp", CC_COLUMNS, ("start_ts",))
+    spans = execution_steps(
+        read_table(files.get("ExecutionInfo"), EXECUTION_COLUMNS),
+        _time_base([instr, dma, cc], metadata),
+        meta,
+    )
     if cc is not None:
         cc = fill_empty_groups(cc, meta)
+        cc = stream_indices(cc, read_table(files.get("CcStream"), CC_STREAM_COLUMNS), meta)
+        cc["execution_index"] = execution_of(cc, spans)
     flow = read_table(files.get("Flow"), FLOW_COLUMNS, tuple(FLOW_COLUMNS))
-    return build_part(
+    part = build_part(
         meta,
         device,
         {"instruction": instr, "dma": dma, "cc": cc},
         {"instruction": "Instruction", "dma": dma_table, "cc": "CcOp"},
         lambda ids, _first: [flow_edges(flow, ids, meta)] if flow is not None else [],
     )
+    return part, spans

@@ -1,4 +1,5 @@
-"""CcOp rows before they become collectives: replica groups the UI shows as ``[]``.
+"""CcOp rows before they become collectives: replica groups the UI shows as ``[]``, and the
+``stream_index`` of ops whose row lacks it (from ``CcStream``).
 
 A CcOp's ``replica_group`` can be empty (``Replica group: []`` in the UI) while other ops of
 the same CC stream name it; ops of one stream serve one group, so an empty group takes the
@@ -49,4 +50,31 @@ def fill_empty_groups(cc: pd.DataFrame, meta: S.RankMeta) -> pd.DataFrame:
     meta.count(
         "CcOp: empty replica group, no op of its stream names one", int((empty & ~filled).sum())
     )
+    return cc
+
+
+def stream_indices(
+    cc: pd.DataFrame, streams: pd.DataFrame | None, meta: S.RankMeta
+) -> pd.DataFrame:
+    """``cc`` with ``stream_index`` taken from ``CcStream`` (``stream_id`` -> ``stream_index``)
+    where a row lacks it: the index, relative to the execution, is what matches an op across
+    ranks; the profile-wide ``stream_id`` need not be equal on every rank."""
+    if streams is None or not {"stream_id", "stream_index"} <= set(streams.columns):
+        return cc
+    index, ivalid = ints(column(cc, "stream_index"), len(cc))
+    if ivalid.all():
+        return cc
+    sid, svalid = ints(streams["stream_id"], len(streams))
+    sidx, xvalid = ints(streams["stream_index"], len(streams))
+    table = pd.Series(sidx[svalid & xvalid], index=sid[svalid & xvalid])
+    table = table[~table.index.duplicated()]
+    stream, valid = ints(column(cc, "stream_id"), len(cc))
+    found = pd.Series(stream).map(table).to_numpy(dtype=np.float64, na_value=np.nan)
+    take = ~ivalid & valid & np.isfinite(found)
+    if not take.any():
+        return cc
+    cc = cc.copy()
+    filled = np.where(take, found, index).astype(np.int64)
+    cc["stream_index"] = pd.arrays.IntegerArray(filled, ~(ivalid | take))
+    meta.count("CcOp: stream_index taken from CcStream", int(take.sum()))
     return cc

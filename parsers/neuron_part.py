@@ -26,6 +26,7 @@ from tracediag.model.assembly import (
 from tracediag.parsers.neuron_common import ints, labels
 from tracediag.parsers.neuron_dma import dma_events, engine_order_edges
 from tracediag.parsers.neuron_dma_layers import layers_from_tensors
+from tracediag.parsers.neuron_dma_triggers import consumer_waits, field_edges
 from tracediag.parsers.neuron_events import (
     TRIGGER_TS,
     cc_collectives,
@@ -68,7 +69,9 @@ def build_part(
     """One rank's part from its ``instruction``, ``dma`` and ``cc`` tables (Parquet field
     names; None when absent). ``names`` says what each table is called in the source, for the
     counts of dropped rows. A CcOp that no explicit edge reaches gets its trigger edge; a DMA
-    transfer takes the layer its tensor's name states (:mod:`neuron_dma_layers`); consecutive
+    transfer takes the layer its tensor's name states (:mod:`neuron_dma_layers`); the
+    Instruction ``dma_trigger_*`` fields give the DMA edges no explicit edge records
+    (:mod:`neuron_dma_triggers`); consecutive
     packets of two queues on one DMA engine are ordered (:func:`neuron_dma.engine_order_edges`)."""
     mappers = {"instruction": instruction_events, "dma": dma_events, "cc": cc_events}
     present = {k: t for k, t in tables.items() if t is not None}
@@ -83,6 +86,12 @@ def build_part(
     located = {k: (t, first[k]) for k, t in present.items()}
     ids = EventIds.build(meta, located.get("instruction"), located.get("dma"), located.get("cc"))
     edges = explicit_edges(ids, first)
+    if "dma" in present and "instruction" in present:
+        instr_ev = by_table["instruction"].events
+        instr_ev[S.WAIT] = consumer_waits(present["instruction"], instr_ev[S.WAIT].to_numpy())
+        edges += field_edges(
+            present["instruction"], first["instruction"], present["dma"], first["dma"], edges, meta
+        )
     if "dma" in present:
         edges.append(engine_order_edges(present["dma"], by_table["dma"].events, first["dma"]))
     collectives = None

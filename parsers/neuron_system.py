@@ -39,6 +39,7 @@ from tracediag.parsers.neuron_events import cc_collectives
 from tracediag.parsers.neuron_part import Piece, finish_part
 from tracediag.parsers.neuron_system_names import COLLECTIVE, HARDWARE_NAMES
 from tracediag.parsers.neuron_system_ranks import WORKER_FIELDS, worker_ranks
+from tracediag.parsers.neuron_system_work import execution_work
 from tracediag.parsers.perfetto_system import (
     CPU_FIELD,
     NC_FIELD,
@@ -247,5 +248,5 @@ def _parts(path, fmt, events, edges, rank, counts, info, operation) -> list[Rank
         mine_events = events.iloc[rows].reset_index(drop=True)
         piece = Piece("system events", mine_events)
         coll = _collectives(mine_events, operation[rows], int(r), meta)
-        parts.append(finish_part(meta, [piece], [part_edges], coll))
+        parts.append(execution_work(finish_part(meta, [piece], [part_edges], coll)))
     return parts

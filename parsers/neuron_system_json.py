@@ -40,6 +40,8 @@ _KEY = re.compile(rb'^\s*\{[^\[]{0,2000}?"trace_events?"\s*:\s*\[', re.DOTALL)
 #: The event list: the current name first, then the pre-2.22 one.
 EVENT_KEYS = ("trace_event", "trace_events")
 _NC_OF_GROUP = r"nc-0*(\d+)"
+#: The pre-2.22 numeric ``type`` of framework events (Profiler 2.0 beta guide).
+FRAMEWORK_TYPE = 99999
 _RENAMES = {"timestamp": "start_ts", "duration": "duration_ns", "type": "trace_event_source"}
 
 
@@ -85,7 +87,13 @@ def read(path: Path) -> list[RankPart]:
     if "trace_event_source" in df:
         source = df["trace_event_source"].astype(str).str.lower()
         hardware = source.str.contains("hw|hardware", regex=True)
-        df["trace_event_source"] = source.where(~hardware, HARDWARE_SOURCE)
+        source = source.where(~hardware, HARDWARE_SOURCE)
+        # Pre-2.22 numeric ``type`` codes: only framework's (99999) is documented; the others
+        # say nothing of the source, which then comes from the event's name.
+        code = pd.to_numeric(source, errors="coerce")
+        source = source.where(code.isna(), None).where(code != FRAMEWORK_TYPE, "framework")
+        source = source.where(df["trace_event_source"].notna(), None)  # not the text "nan"
+        df["trace_event_source"] = source
     info = {
         "system_profile_layout": key,
         "cpu_util_samples": len(doc.get("cpu_util") or []),

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tracediag.model import own_export
 from tracediag.model import schema as S
 from tracediag.model.assembly import (
     TRACK_DEVICE,
@@ -30,8 +31,10 @@ from tracediag.model.assembly import (
 from tracediag.model.errors import TraceInputError
 from tracediag.parsers import perfetto_collectives as C
 from tracediag.parsers import perfetto_events as E
+from tracediag.parsers import perfetto_own as own
 from tracediag.parsers.neuron_common import rank_from_name
 from tracediag.parsers.neuron_part import Piece, finish_part
+from tracediag.parsers.neuron_system_work import execution_work
 from tracediag.parsers.perfetto_decode import decode
 from tracediag.parsers.perfetto_sniff import looks_like_perfetto
 from tracediag.parsers.perfetto_system import (
@@ -55,7 +58,7 @@ def sniff(path: Path) -> bool:
 def read(path: Path) -> list[RankPart]:
     """The file's ranks as canonical parts (see the module docstring)."""
     path = Path(path)
-    d = decode(path, E.WANTED | C.WANTED | SYSTEM_WANTED)
+    d = decode(path, E.WANTED | C.WANTED | SYSTEM_WANTED | own.WANTED)
     counts = dict(d.counts)
     from_name = rank_from_name(path.name)
     default_rank = from_name if from_name is not None else 0
@@ -93,13 +96,16 @@ def read(path: Path) -> list[RankPart]:
             events, ann, sl["track"].to_numpy(), d.tracks, table, values
         )
         system["rank_source"] = how
-    collectives = C.collective_table(ann, events)
-    if tracks.ours:
+    if tracks.ours:  # our export: kinds, fields, dependencies and meta come back (perfetto_own)
         _from_categories(events, d.events["cat"].to_numpy(dtype=object)[sl["begin"].to_numpy()])
+        own.event_fields(events, ann)
+    collectives = C.collective_table(ann, events)  # of the kinds our export's categories restore
+    flows = own.without_path_flows(d) if tracks.ours else d
     edges = pd.concat(
         [
-            E.flow_edges(d, ts, owner, counts).assign(**{S.EDGE_KIND: "flow"}),
+            E.flow_edges(flows, ts, owner, counts).assign(**{S.EDGE_KIND: "flow"}),
             _dependency_kinds(E.dependency_edges(ann, fields[S.SRC_ID], counts), events),
+            *([own.dependencies(ann, fields[S.SRC_ID], counts)] if tracks.ours else []),
         ],
         ignore_index=True,
     )
@@ -111,7 +117,10 @@ def read(path: Path) -> list[RankPart]:
     if tracks.neuron == "system":
         sync = {f: E.exact_ints(ann, f, len(sl)) for f in (CPU_FIELD, NC_FIELD)}
         hardware_to_host_clock(events, rank, sync, info)
-    return _parts(path, events, edges, collectives, rank, counts, tracks.neuron, from_name, info)
+    own_meta = own.rank_entries(d) if tracks.ours else {}
+    return _parts(
+        path, events, edges, collectives, rank, counts, tracks.neuron, from_name, info, own_meta
+    )
 
 
 def _events(d, sl: pd.DataFrame, fields: dict, table: pd.DataFrame, owner) -> pd.DataFrame:
@@ -202,6 +211,7 @@ def _parts(
     neuron: str,
     from_name: int | None,
     info: dict,
+    own_meta: dict | None = None,
 ) -> list[RankPart]:
     """One part per rank; edges across ranks cannot be kept and are counted."""
     src, dst = edges[S.SRC].to_numpy(dtype=np.int64), edges[S.DST].to_numpy(dtype=np.int64)
@@ -224,6 +234,7 @@ def _parts(
         if neuron:
             meta.info["neuron_profile"] = neuron
         meta.info.update(info)
+        own_export.restore(meta, (own_meta or {}).get(str(int(r))))
         if r == ranks[0]:
             for reason, n in counts.items():
                 meta.count(reason, n)
@@ -237,5 +248,6 @@ def _parts(
         )
         piece = Piece("track events", events.iloc[rows].reset_index(drop=True))
         coll = C.rank_collectives(collectives, local, int(r), meta)
-        parts.append(finish_part(meta, [piece], [part_edges], coll))
+        part = finish_part(meta, [piece], [part_edges], coll)
+        parts.append(execution_work(part) if neuron == "system" else part)  # neuron_system_work
     return parts

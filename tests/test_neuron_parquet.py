@@ -191,7 +191,8 @@ def test_cc_op_events_and_collectives(rank5):
     assert cc[S.BYTES].tolist() == [8192.0, 16384.0]
     co = part.collectives
     assert co[S.EVENT].tolist() == [_row(part, "collective", 7), _row(part, "collective", 8)]
-    assert co[S.MATCH_KEY].tolist() == ["[[0,1,2,3],[4,5,6,7]]|0|7", "[[0,1,2,3,4,5,6,7]]|1|8"]
+    # The stream as ranks share it: execution (none without ExecutionInfo) and stream_index.
+    assert co[S.MATCH_KEY].tolist() == ["[[0,1,2,3],[4,5,6,7]]|x.0|7", "[[0,1,2,3,4,5,6,7]]|x.0|8"]
     assert co[S.GROUP].tolist() == ["4,5,6,7", "0,1,2,3,4,5,6,7"]  # the sub-list holding rank 5
     assert co[S.COLL_OP].tolist() == ["AllReduce", "AllGather"]
     assert co[S.SEQ].tolist() == [7, 8]
@@ -207,7 +208,7 @@ def test_collective_outside_every_group_and_without_trigger(tmp_path):
     part = _one(write_profile(tmp_path / "rank_9", CcOp=cc, Flow=None))
     assert part.collectives[S.GROUP].tolist() == ["[[0,1],[2,3]]", ""]
     assert part.collectives[S.ARRIVAL].tolist() == [1201, 1500]  # start when no trigger time
-    assert part.collectives[S.MATCH_KEY].tolist()[1] == "|1|8"
+    assert part.collectives[S.MATCH_KEY].tolist()[1] == "|x.0|8"
     assert part.meta.info["collective_trigger_unmatched"] == 1  # 1201 matches no instruction
     assert not len(part.edges)
 

@@ -75,11 +75,26 @@ def _check_ranks_and_clocks(job, truth) -> None:
         back = skew0 - r["host_skew_ns"]  # the truth is on each instance's own host clock
         want = np.array([x["nrt_execute_start_ns"] + back for x in r["executions"]])
         np.testing.assert_allclose(_starts(job, r["rank"], "nrt_execute"), want, atol=TOLERANCE_NS)
-        cores = len(r["device_core_idx"])
-        device = _starts(job, r["rank"], "nc_exec_running")
-        assert len(device) == cores * len(r["executions"])  # LNC>1: one per physical core
-        want = np.array([x["device_start_ns"] + back for x in r["executions"]])
-        np.testing.assert_allclose(device[::cores], want, atol=TOLERANCE_NS)
+        _check_executions(job, r, back)
+
+
+def _check_executions(job, r: dict, back: int) -> None:
+    """Each execution's ``nc_exec_running`` is device work cut at its collective: per physical
+    core a piece from the device start to the collective's start and one from its end to the
+    device end (LNC>1: one execution per physical core)."""
+    ev = job.events
+    sel = (ev["rank"] == r["rank"]) & (ev["name"].astype(str) == "nc_exec_running")
+    assert set(ev.loc[sel, "kind"].astype(str)) == {"compute"}
+    start = ev.loc[sel, "ts_ns"].to_numpy(dtype=np.int64)
+    end = start + ev.loc[sel, "dur_ns"].to_numpy(dtype=np.int64)
+    cores = len(r["device_core_idx"])
+    assert len(start) == 2 * cores * len(r["executions"])
+    for x in r["executions"]:
+        mine = (start >= x["nrt_execute_start_ns"] + back) & (end <= x["nrt_execute_end_ns"] + back)
+        assert mine.sum() == 2 * cores
+        got = [start[mine].min(), np.sort(end[mine])[0], end[mine].max()]
+        want = [x[k] + back for k in ("device_start_ns", "cc_start_ns", "device_end_ns")]
+        np.testing.assert_allclose(got, want, atol=TOLERANCE_NS)
 
 
 @pytest.mark.parametrize("layout", ["system_json", "runtime_json", "perfetto"])
@@ -131,12 +146,15 @@ def test_neff_path_names_and_lnc2_rows(written):
     lnc_dir, lnc = written["lnc2"]
     part = neuron_system_json.read(_inputs(lnc_dir, lnc)["system_json"])[1]
     ev = part.events[part.events["name"].astype(str) == "nc_exec_running"]
-    # One row per physical core (device_core_idx 2 and 3 of worker 1), each on its own track.
+    # One execution per physical core (device_core_idx 2 and 3 of worker 1), each on its own
+    # track named by the core's order on the worker (alike on every rank), each cut in two
+    # pieces of device work at the execution's collective.
     assert sorted(ev["track_label"].astype(str).unique()) == [
-        "rank1-nc0-core2-neuron_hw",
-        "rank1-nc0-core3-neuron_hw",
+        "nc_exec_running",
+        "nc_exec_running pcore1",
     ]
-    assert len(ev) == 2 * len(lnc["ranks"][1]["executions"])
+    assert len(ev) == 2 * 2 * len(lnc["ranks"][1]["executions"])
+    assert len(part.meta.info["execution_spans_ns"]) == 2 * len(lnc["ranks"][1]["executions"])
 
 
 def test_device_clock_hardware_is_moved_with_rt_track_sync_points(written):

@@ -61,13 +61,16 @@ def test_json_fields_and_ranks_from_worker_gid(job):
         assert rank2.at[call, "track_label"] == "gid2-nc2-tid52002-neuron_rt"
         assert rank2.at[call, "ts_ns"] == written.at[call, "timestamp"] > HOST_EPOCH_NS - 10**6
         assert rank2.at[call, "dur_ns"] == written.at[call, "duration"]
-    # Hardware events: markers, moved from the NeuronCore clock with the sync point.
+    # Hardware events, moved from the NeuronCore clock with the sync point: the execution is
+    # device work cut at its collectives (pieces before, between and after them).
     sync = written.loc["timestamp_sync_point"]
     shift = sync["cpu_timestamp_ns"] - sync["nc_timestamp_ns"]
-    assert rank2.at["nc_exec_running", "kind"] == "marker"
-    assert (
-        rank2.at["nc_exec_running", "ts_ns"] == written.at["nc_exec_running", "timestamp"] + shift
-    )
+    pieces = rank2.loc[["nc_exec_running"]].sort_values("ts_ns")
+    assert set(pieces["kind"]) == {"compute"}
+    assert pieces["ts_ns"].iat[0] == written.at["nc_exec_running", "timestamp"] + shift
+    end = written.at["nc_exec_running", "timestamp"] + written.at["nc_exec_running", "duration"]
+    assert (pieces["ts_ns"] + pieces["dur_ns"]).iat[-1] == end + shift
+    assert len(pieces) == 1 + (written.index == "cc_running").sum()
     assert parts[2].meta.info["clock_sync_points"] == [
         [2, int(sync["nc_timestamp_ns"]), int(sync["cpu_timestamp_ns"])]
     ]
@@ -85,7 +88,7 @@ def test_parquet_and_perfetto_system_profiles_read_the_same_events(job):
     pd.testing.assert_frame_equal(_host_view(from_perfetto), from_json)
     # The input copy and the execution share a flow_id: one flow edge per worker.
     first = from_parquet[0]
-    (edge,) = first.edges.itertuples(index=False)
+    (edge,) = first.edges[first.edges["kind"] == "flow"].itertuples(index=False)
     names = first.events["name"].astype(str).to_numpy()
     assert (names[edge.src], names[edge.dst], edge.kind) == (
         "nrt_tensor_write",
@@ -209,6 +212,8 @@ def test_events_without_worker_gid_take_their_process_worker(tmp_path):
     ev = part.events.assign(name=part.events["name"].astype(str)).set_index("name")
     assert ev.at["train_step", "kind"] == "host"
     assert ev.at["train_step", "track_label"] == "gid5-nc?-tid8-framework"
-    # No sync point: the hardware event keeps its time (it cannot be moved), as a marker.
-    assert (ev.at["nc_exec_running", "kind"], ev.at["nc_exec_running", "ts_ns"]) == ("marker", 1010)
-    assert ev.at["nc_exec_running", "track_label"] == "gid5-nc1-neuron_hw"
+    # No sync point: the hardware event keeps its time (it cannot be moved); without a
+    # collective the execution is one span of device work.
+    assert (ev.at["nc_exec_running", "kind"], ev.at["nc_exec_running", "ts_ns"]) == ("compute", 1010)
+    assert ev.at["nc_exec_running", "dur_ns"] == 30
+    assert ev.at["nc_exec_running", "track_label"] == "nc_exec_running"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+import pandas as pd
 import pytest
 from google.protobuf.internal.encoder import _VarintBytes
 
@@ -70,10 +71,15 @@ def test_critical_path_is_one_flow_and_findings_are_annotated_slices(diagnosis, 
     write_perfetto(diagnosis, out)
     parts = perfetto.read(out)
     path = critical_path_events(diagnosis)
-    flows = sum(int((p.edges[S.EDGE_KIND] == "flow").sum()) for p in parts)
-    across = sum(p.meta.repairs.get("edges between ranks: not kept", 0) for p in parts)
-    assert flows + across == len(path) - 1 and flows > 0
     packets = Trace.FromString(out.read_bytes()).packet
+    on_flow = [p for p in packets if list(p.track_event.flow_ids) == [1]]
+    assert len(on_flow) == len(path)  # one flow through every event of the path
+    # a drawing, not a dependency: reading back gives the job's own edges, of their own kinds
+    back = pd.concat([p.edges for p in parts])[S.EDGE_KIND].astype(str).value_counts()
+    assert (
+        back.to_dict()
+        == diagnosis.trace.edges[S.EDGE_KIND].astype(str).value_counts()[lambda c: c > 0].to_dict()
+    )
     slices = [p.track_event for p in packets if p.track_event.categories[:] == ["finding"]]
     assert [s.name.split()[0] for s in slices] == [f.code for f in diagnosis.findings]
     notes = {a.name: a for a in slices[0].debug_annotations}
@@ -150,5 +156,7 @@ def test_partly_overlapping_events_round_trip_on_an_overlap_lane(tmp_path):
             )
         )  # fmt: skip
         assert back == _rows(trace.events, names, part.meta.rank)
-        mine = lanes[trace.events[S.RANK].to_numpy() == part.meta.rank]
-        assert labels.str.contains(r" \(overlap(?: \d+)?\)$").sum() == (mine > 0).sum()
+        # drawn on overlap threads (Perfetto slices nest), read back on their own track
+        assert not labels.str.contains(r" \(overlap(?: \d+)?\)$").any()
+    threads = [p.track_descriptor.name for p in Trace.FromString(out.read_bytes()).packet]
+    assert sum(" (overlap" in t for t in threads) == 4  # stream 7 of each rank, lanes 1 and 2

@@ -133,9 +133,10 @@ def test_system_profile_tracks_give_ranks(tmp_path):
     assert [p.meta.rank for p in parts] == [0, 1]
     assert all(p.meta.info["rank_source"] == "worker_gid" for p in parts)
     one = parts[1].events.sort_values(S.TS)
-    assert one[S.KIND].astype(str).tolist() == ["host", "marker"]
+    # nc_exec_running is the span of device work (parsers.neuron_system_work).
+    assert one[S.KIND].astype(str).tolist() == ["host", "compute"]
     assert one["track_device"].astype(str).tolist() == ["nc1", "nc1"]
-    assert one["track_kind"].astype(str).tolist() == ["cpu_thread", "other"]
+    assert one["track_kind"].astype(str).tolist() == ["cpu_thread", "compute_engine"]
 
 
 def test_system_profile_hardware_events_move_to_the_host_clock(tmp_path):

@@ -8,8 +8,8 @@ hardware events (neuron-formats.md: ``adjusted = sync_cpu + (event_device - sync
 - the device events move by ``cpu_timestamp_ns - nc_timestamp_ns`` of the worker's
   ``timestamp_sync_point`` nearest the device profile's start (``meta.info["device_host_join"]
   = "timestamp_sync_point"``); without a sync point, by matching the execution: the start of the
-  worker's ``nc_exec_running`` (else ``nrt_execute``) whose duration is closest to the device
-  profile's span is taken as the profile's first event (``"execution match"``);
+  worker's ``nc_exec_running`` (its whole span, ``meta.info["execution_spans_ns"]``; else
+  ``nrt_execute``) whose duration is closest to the device profile's span is taken as the profile's first event (``"execution match"``);
 - the latest runtime call that ends by the device's first event (e.g. ``nrt_tensor_write``
   before the execution) gets a ``launch`` edge to it, so host delays before device work show on
   the dependency graph (rule HST401), as launch calls do in GPU traces.
@@ -26,6 +26,7 @@ import pandas as pd
 from tracediag.model import schema as S
 from tracediag.model.assembly import TRACK_KIND_COL, RankPart
 from tracediag.parsers import BY_FORMAT
+from tracediag.parsers.neuron_system_work import SPANS_INFO
 
 SYSTEM = "system"
 _EXECUTIONS = ("nc_exec_running", "nrt_execute")
@@ -78,6 +79,10 @@ def device_to_host_offset(device: RankPart, host: RankPart) -> tuple[int, str]:
     ev = host.events
     # Zero-based (profile-relative) times start at the execution's start, not at the first event.
     zero = 0 if 0 <= first <= span else first
+    spans = np.array(host.meta.info.get(SPANS_INFO, []), dtype=np.int64).reshape(-1, 2)
+    if len(spans):  # the executions' whole spans (their events are cut at the collectives)
+        best = np.argmin(np.abs(spans[:, 1] - spans[:, 0] - span))
+        return int(spans[best, 0]) - zero, "execution match"
     names = ev[S.NAME].astype(str).to_numpy()
     for name in _EXECUTIONS:  # the hardware's view of the execution first
         rows = np.flatnonzero(names == name)
@@ -94,10 +99,13 @@ def merge(device: RankPart, host: RankPart) -> RankPart:
     dev = device.events.copy()
     dev[S.TS] = dev[S.TS].to_numpy(dtype=np.int64) + offset
     n_dev = len(dev)
-    # The device profile holds the collectives; the system part's cc_running stay as markers.
+    # The device profile holds the device work and the collectives: the system part's
+    # executions (nc_exec_running pieces) and cc_running stay as markers.
     host_events = host.events.copy()
     kind = host_events[S.KIND].astype(object)
-    host_events[S.KIND] = pd.Categorical(kind.where(kind != "collective", "marker"))
+    hardware = host_events[TRACK_KIND_COL].astype(str) != "cpu_thread"
+    device_work = kind.isin(["collective", "compute"]) & hardware
+    host_events[S.KIND] = pd.Categorical(kind.where(~device_work, "marker"))
     events = pd.concat([dev, host_events], ignore_index=True)
     for col in dev.columns:  # keep text columns categorical (concat of differing ones is object)
         if isinstance(dev[col].dtype, pd.CategoricalDtype) and events[col].dtype == object:

@@ -1,0 +1,170 @@
+"""NEFF executions of one device profile: where each starts, and what ties one to the next.
+
+A device profile may hold several executions of its NEFF (``--profile-nth-exec``, a session
+capture). Explorer Parquet lists them in ``ExecutionInfo``; legacy JSON has no such table, but
+each execution runs the program again from its start, so every engine's program counter (the
+instruction ``pc``) starts over: :func:`pc_executions` splits a legacy profile where the whole
+core idles and the engines that run on both sides restart their ``pc`` (none carries on), and
+checks the count against ``profile_info.num_executions`` when the file has it.
+
+The runtime starts an execution after the previous one has completed (the host gap between
+them). Nothing in the profile records that: without an edge, the next execution's first
+instructions hang on whatever ran last on their engine in the previous execution, often long
+before its end (an engine idle while the others wait at the final collective), with a gap no
+what-if moves, so a faster execution would not start the next one earlier.
+:func:`execution_edges` adds a ``dependency`` edge from the last-ending event of each execution
+to the first instruction of every engine in the next one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracediag.model import schema as S
+from tracediag.parsers.neuron_common import column, ints, normalise_engines
+from tracediag.parsers.neuron_events import times
+
+#: Spans of the executions on the events' time base: (starts, ends, step per execution).
+Spans = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _start_end(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end (float64 ns, NaN where unknown) of a table's rows."""
+    start, dur = times(frame)
+    s = start.to_numpy(dtype=np.float64, na_value=np.nan)
+    return s, s + dur.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _engine_codes(instr: pd.DataFrame) -> np.ndarray:
+    """Per instruction: one code per engine and physical core (LNC=2 cores run apart)."""
+    pcore, _ = ints(column(instr, "pcore_idx"), len(instr))
+    engine = pd.factorize(np.asarray(normalise_engines(instr["engine"]), dtype=object))[0]
+    return engine.astype(np.int64) * 1024 + pcore
+
+
+def pc_executions(instr: pd.DataFrame | None, meta: S.RankMeta) -> Spans | None:
+    """The executions of a legacy profile from its program counters (see the module); None for
+    one execution, or when ``pc`` is absent. Records ``meta.info["executions"]``."""
+    if instr is None or "pc" not in instr or "engine" not in instr or len(instr) < 2:
+        return None
+    pc, pvalid = ints(instr["pc"].astype("Int64"), len(instr))
+    s, e = _start_end(instr)
+    ok = np.flatnonzero(pvalid & np.isfinite(s) & np.isfinite(e))
+    if len(ok) < 2:
+        return None
+    order = ok[np.argsort(s[ok], kind="stable")]
+    # Clusters: runs of instructions separated by a time when no engine of the core runs.
+    reach = np.maximum.accumulate(e[order])
+    cluster = np.r_[0, np.cumsum(s[order][1:] > reach[:-1])]
+    eng = _engine_codes(instr)[order]
+    by_engine = np.lexsort((np.arange(len(order)), eng))  # time order within each engine
+    same = np.r_[False, eng[by_engine][1:] == eng[by_engine][:-1]]
+    prev_pc = np.r_[0, pc[order][by_engine][:-1]]
+    prev_cluster = np.r_[-1, cluster[by_engine][:-1]]
+    cl = cluster[by_engine]
+    # An engine's first instruction of a cluster with a lower pc than its last one before
+    # restarts that engine's program: its count of restarts is the execution it runs.
+    restart = same & (cl != prev_cluster) & (pc[order][by_engine] < prev_pc)
+    runs = np.zeros(len(order), dtype=np.int64)
+    runs[by_engine] = np.cumsum(restart) - np.maximum.accumulate(
+        np.where(~same, np.cumsum(restart), 0)
+    )
+    # A cluster runs the latest execution any of its engines is in (engines that sit out an
+    # execution lag behind); executions never go back.
+    latest = np.zeros(int(cluster.max()) + 1, dtype=np.int64)
+    np.maximum.at(latest, cluster, runs)
+    latest = np.maximum.accumulate(latest)
+    n_exec = int(latest[-1]) + 1
+    stated = _stated_executions(meta)
+    if n_exec < 2 or (stated is not None and stated != n_exec):
+        if n_exec >= 2:
+            meta.count(
+                f"executions: program counters restart {n_exec - 1} times but profile_info says "
+                f"{stated} executions: read as one",
+                1,
+            )
+        return None
+    execution = latest[cluster]  # per instruction in time order
+    first = np.full(n_exec, np.inf)
+    last = np.full(n_exec, -np.inf)
+    np.minimum.at(first, execution, s[order])
+    np.maximum.at(last, execution, e[order])
+    starts, ends = first.astype(np.int64), last.astype(np.int64)
+    meta.info["executions"] = [
+        {"index": k, "neff": None, "kind": "model", "start_ns": int(a), "end_ns": int(b)}
+        for k, (a, b) in enumerate(zip(starts, ends, strict=True))  # a handful
+    ]
+    meta.info["executions_source"] = "instruction pc restarts"
+    return starts, ends, np.arange(n_exec, dtype=np.float64)
+
+
+def _stated_executions(meta: S.RankMeta) -> int | None:
+    value = pd.to_numeric(
+        pd.Series([meta.info.get("profile_num_executions")], dtype=object), errors="coerce"
+    ).iloc[0]
+    return int(value) if pd.notna(value) and value > 0 else None
+
+
+def execution_edges(
+    spans: Spans | None, tables: dict[str, tuple[pd.DataFrame, int] | None]
+) -> pd.DataFrame:
+    """``dependency`` edges from the last-ending row of each execution to the first instruction
+    of every engine in the next (see the module). ``tables``: ``instruction``, ``dma``, ``cc``
+    frames with the event row of their first row; ``spans`` on the frames' time base."""
+    empty = pd.DataFrame(
+        {S.SRC: np.zeros(0, np.int64), S.DST: np.zeros(0, np.int64), S.EDGE_KIND: "dependency"}
+    )
+    instr = tables.get("instruction")
+    if spans is None or len(spans[0]) < 2 or instr is None:
+        return empty
+    starts = spans[0]
+    n_exec = len(starts)
+    # Per execution: the row that ends last (of any table), by the executions' start tiles.
+    last_end = np.full(n_exec, -np.inf)
+    last_row = np.full(n_exec, -1, dtype=np.int64)
+    for located in tables.values():
+        if located is None:
+            continue
+        frame, first_row = located
+        s, e = _start_end(frame)
+        ok = np.flatnonzero(np.isfinite(s) & np.isfinite(e) & (s >= starts[0]))
+        k = np.searchsorted(starts, s[ok], side="right") - 1
+        top = pd.Series(e[ok]).groupby(k).idxmax()
+        better = e[ok][top.to_numpy()] > last_end[top.index.to_numpy()]
+        at = top.index.to_numpy()[better]
+        last_end[at] = e[ok][top.to_numpy()[better]]
+        last_row[at] = first_row + ok[top.to_numpy()[better]]
+    frame, first_row = instr
+    s, _ = _start_end(frame)
+    ok = np.flatnonzero(np.isfinite(s) & (s >= starts[0]))
+    k = np.searchsorted(starts, s[ok], side="right") - 1
+    heads = (
+        pd.DataFrame({"k": k, "eng": _engine_codes(frame)[ok], "s": s[ok], "row": ok})
+        .sort_values("s", kind="stable")
+        .drop_duplicates(["k", "eng"])
+    )
+    heads = heads[heads["k"].to_numpy() > 0]
+    src = last_row[heads["k"].to_numpy() - 1]
+    has = src >= 0
+    return pd.DataFrame(
+        {
+            S.SRC: src[has],
+            S.DST: first_row + heads["row"].to_numpy(dtype=np.int64)[has],
+            S.EDGE_KIND: "dependency",
+        }
+    )
+
+
+def execution_of(frame: pd.DataFrame, spans: Spans | None) -> pd.arrays.IntegerArray:
+    """Per row of ``frame``: the position (0, 1, ...) of the execution its start falls in, by
+    the executions' start tiles (barrier executions counted; a row before the first start is
+    the first's: ``ExecutionInfo`` starts may come after the first instruction), as nullable
+    ints; missing for rows without a start and without executions."""
+    n = len(frame)
+    if spans is None or not len(spans[0]):
+        return pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))
+    s, _ = _start_end(frame)
+    k = np.maximum(np.searchsorted(np.sort(spans[0]), s, side="right") - 1, 0)
+    known = np.isfinite(s)
+    return pd.arrays.IntegerArray(np.where(known, k, 0).astype(np.int64), ~known)
