@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pandas as pd
-
-from tracediag.analysis.hardware import credible_peak
-from tracediag.analysis.intervals import interval_overlap
 from tracediag.engine.rule import Rule, severity_by_saving
-from tracediag.graph.replay import WhatIf
 from tracediag.model import schema as S
 from tracediag.model.collective_ops import bus_factor
 from tracediag.model.findings import Severity
 from tracediag.model.units import fmt_ns
 from tracediag.model.wording import bus_bandwidth_text, plural
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from tracediag.graph.replay import WhatIf
 
 
 class ExposedCommunication(Rule):
@@ -45,11 +45,20 @@ class ExposedCommunication(Rule):
     }
 
     def check(self, ctx, opts):
+        import numpy as np
+
+        from tracediag.analysis.hardware import credible_peak
+        from tracediag.analysis.intervals import interval_overlap
+
         seg = ctx.path.segments
         tr = seg[(seg["category"] == "collective_transfer") & (seg["event"] >= 0)]
         if not len(tr):
             return
-        coll = ctx.trace.collectives.set_index(S.EVENT)
+        from tracediag.analysis.tensor_parallel import tp_collective_mask
+
+        every = ctx.trace.collectives
+        # Tensor-parallel collectives are COL203's: one exposed transfer, one finding.
+        coll = every[~tp_collective_mask(every, ctx.layout)].set_index(S.EVENT)
         tr = tr[tr["event"].isin(coll.index)]
         ev = ctx.trace.events
         # The columns read, not a copy of every column of a rank's compute rows.
@@ -137,6 +146,8 @@ class ExposedCommunication(Rule):
 def _listed_size(body: pd.DataFrame) -> int:
     """The largest group the format lists for these rows (``Process Group Ranks``, replica
     groups: ``0,1,...``); 0 where none is listed."""
+    import pandas as pd
+
     groups = pd.unique(body[S.GROUP].astype(str))  # the few distinct groups
     sizes = [len(g.split(",")) for g in groups if _MEMBERS.fullmatch(g)]
     return max(sizes, default=0)
@@ -153,6 +164,8 @@ def _world_size(ctx, rank: int) -> int:
 
 def _overlap_change(ctx, grp: pd.DataFrame) -> WhatIf:
     """Every participant's transfer of these instances shortened by the exposed time."""
+    from tracediag.graph.replay import WhatIf
+
     per_key = grp.groupby("coll_key")["exposed"].max()
     coll = ctx.trace.collectives
     rows = coll[coll[S.COLL_KEY].isin(per_key.index)]

@@ -2,44 +2,27 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
-from tracediag.analysis.hardware import credible_peak
-from tracediag.analysis.intervals import interval_overlap
-from tracediag.analysis.parallel_layout import group_members
 from tracediag.engine.rule import Rule, severity_by_saving
-from tracediag.graph.replay import WhatIf
 from tracediag.model import schema as S
 from tracediag.model.collective_ops import bus_factor
 from tracediag.model.findings import Severity
 from tracediag.model.units import fmt_ns
 from tracediag.model.wording import bus_bandwidth_text, plural
 
-
-def tp_collective_events(ctx) -> pd.DataFrame:
-    """Collective rows whose group is one tensor-parallel group of the layout."""
-    layout = ctx.layout
-    coll = ctx.trace.collectives
-    if layout.tp < 2 or not len(coll):
-        return coll.iloc[0:0]
-    coords = layout.coords
-    codes, groups = pd.factorize(group_members(coll).astype(str))
-    is_tp = np.zeros(len(groups), dtype=bool)
-    for i, text in enumerate(groups):
-        ranks = [int(x) for x in text.strip("()").split(",") if x.strip()]
-        sub = coords.reindex(ranks)
-        is_tp[i] = (
-            len(ranks) == layout.tp
-            and not sub.isna().any().any()
-            and sub["dp"].nunique() == 1
-            and sub["pp"].nunique() == 1
-        )
-    return coll[is_tp[codes]]
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
 
 
 def _exposed_rows(ev: pd.DataFrame, coll: pd.DataFrame) -> pd.Series:
     """Per collective row: ns of its transfer with no compute on its rank beside it."""
+    import numpy as np
+    import pandas as pd
+
+    from tracediag.analysis.intervals import interval_overlap
+
     out = np.zeros(len(coll), dtype=np.int64)
     for rank in coll[S.RANK].unique():
         mine = (coll[S.RANK] == rank).to_numpy()
@@ -52,6 +35,8 @@ def _exposed_rows(ev: pd.DataFrame, coll: pd.DataFrame) -> pd.Series:
 
 def _layers_before(ev: pd.DataFrame, rank: int, times: np.ndarray) -> np.ndarray:
     """The layer of the rank's last compute event starting before each time."""
+    import numpy as np
+
     c = ev[(ev[S.KIND] == "compute") & (ev[S.RANK] == rank) & ev[S.LAYER].notna()]
     c = c.sort_values(S.TS, kind="stable")
     at = np.searchsorted(c[S.TS].to_numpy(), times, side="right") - 1
@@ -83,7 +68,15 @@ class ExposedTensorParallel(Rule):
     }
 
     def check(self, ctx, opts):
-        tp = tp_collective_events(ctx)
+        import numpy as np
+        import pandas as pd
+
+        from tracediag.analysis.hardware import credible_peak
+        from tracediag.analysis.intervals import interval_overlap
+        from tracediag.analysis.tensor_parallel import tp_collective_rows
+        from tracediag.graph.replay import WhatIf
+
+        tp = tp_collective_rows(ctx)
         if not len(tp):
             return
         seg = ctx.path.segments
@@ -165,6 +158,9 @@ class ExposedTensorParallel(Rule):
 def _per_layer(ctx, tp: pd.DataFrame, seg: pd.DataFrame) -> dict[str, dict]:
     """Per layer: exposed TP ns on the critical path, their share of the layer's time on the
     path, and the layer's compute-to-TP-communication ratio (all of its ranks' events)."""
+    import numpy as np
+    import pandas as pd
+
     ev = ctx.trace.events
     comm = (tp[S.END] - tp[S.START]).to_numpy()
     layer_of = np.empty(len(tp), dtype=object)

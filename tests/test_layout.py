@@ -4,6 +4,7 @@ explicit layouts and the notes on what the inference cannot settle."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -52,6 +53,38 @@ def test_generated_layouts_are_inferred(tmp_path, scenario, ranks, sizes):
     assert _layout_of(layout) == _truth_layout(truth)
     assert _layout_of(layout)[0] == sizes
     assert layout.source == "inferred" and layout.notes == ()
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "json"])
+def test_two_middle_stages_of_a_neuron_pipeline_are_an_incomplete_layout(tmp_path, fmt):
+    """Ranks 1 and 2 of a 4-stage Neuron pipeline (no world size: the replica groups list the
+    job's 4 ranks). Before: pp=2 from the one whole pair, rank 1 read as stage 0, and the
+    4-rank AllReduce (model-parallel, across the stages) as dp=4."""
+    truth = generate("pipeline_clean", tmp_path, formats=(fmt,), ranks=4, seed=2, scale=0.5)
+    assert (truth["layout"]["pp"], truth["layout"]["dp"]) == (4, 1)
+    names = {"parquet": "rank_{}", "json": "rank_{}.json"}[fmt]
+    d = diagnose(load([tmp_path / fmt / names.format(r) for r in (1, 2)]))
+    layout = d.analysis.layout
+    assert (layout.dp, layout.tp, layout.pp, layout.ep) == (1, 1, 1, 1)
+    assert layout.notes == (
+        "2 of the job's 4 ranks given (the collectives' groups name 4 ranks)",
+        "pipeline stages not inferred: Send/Recv groups with ranks not given",
+        "groups not assigned to a dimension: they may span the unknown stages",
+    )
+    codes = [f.code for f in d.findings]
+    assert "TRC502" in codes  # the same ranks the layout misses are reported missing
+    assert not {"PIP601", "PIP602"} & set(codes)  # no pipeline guessed, none diagnosed
+    # the whole job still infers its pipeline
+    assert infer_layout(load([tmp_path / fmt])).pp == 4
+
+
+def test_one_rank_of_a_neuron_pair_says_its_group_is_incomplete():
+    """A Neuron profile's replica group [[0,1]] with only rank 0 given: the listed group
+    stands (dp=2) and the note names the missing rank's group instead of a size mismatch."""
+    root = Path(__file__).resolve().parents[1] / "sample_traces" / "neuron_parquet_straggler"
+    layout = infer_layout(load([root / "parquet" / "rank_0"]))
+    assert (layout.dp, layout.pp) == (2, 1)
+    assert layout.notes == ("1 of the job's 2 ranks given (the collectives' groups name 2 ranks)",)
 
 
 def test_combined_layout_is_inferred_from_legacy_json(tmp_path):

@@ -13,9 +13,11 @@ Send/Recv pairs:
   tensor-parallel (Megatron's order), the other data-parallel; a single family is data-parallel
   unless it runs more than two collectives per layer (per-layer TP traffic), which is noted.
 
-When the metadata declares a larger job than the ranks given (``world_size`` 128, two sampled
-ranks), groups known only from their participants are incomplete: they are not used, and the
-notes say so, rather than reading the two ranks as a pair of stages or a group of two.
+When the trace declares a larger job than the ranks given (Kineto's ``world_size`` 128 with two
+sampled ranks, or, in any format, groups listing members whose profiles are not given: a Neuron
+``replica_group`` of 32 with 2 ranks read), groups known only from their participants are
+incomplete: they are not used, no pipeline is read from the Send/Recv seen, and the notes say
+so, rather than reading the two ranks as a pair of stages or a group of two.
 
 Anything the inference cannot settle is written to ``notes`` (never guessed silently); an
 explicit layout (``--layout dp=4,tp=8,pp=4`` or ``layout`` in the config) overrides it and
@@ -31,9 +33,10 @@ import numpy as np
 import pandas as pd
 
 from tracediag.model import schema as S
+from tracediag.model.collective_ops import POINT_TO_POINT_OPS, one_sided_sources
 
 DIMS = ("dp", "tp", "pp", "ep")
-P2P_OPS = {"send", "recv", "sendrecv", "send_recv"}
+P2P_OPS = POINT_TO_POINT_OPS  # Send/Recv, CollectivePermute (model/collective_ops.py)
 _DESCRIPTIONS = {
     "tp": re.compile(r"tensor|\btp\b|_tp|tp_", re.I),
     "dp": re.compile(r"data|\bdp\b|_dp|dp_|fsdp|shard", re.I),
@@ -136,9 +139,20 @@ def group_members(coll: pd.DataFrame) -> pd.Series:
     missing = np.flatnonzero(np.array([*(p is None for p in parsed), True])[codes])
     if len(missing):
         keys = coll[S.COLL_KEY].to_numpy()[missing]
-        who = coll[coll[S.COLL_KEY].isin(keys)].groupby(S.COLL_KEY)[S.RANK].unique()
-        out[missing] = who.map(lambda r: tuple(sorted(int(x) for x in r))).reindex(keys).to_numpy()
+        out[missing] = _participants(coll, keys).reindex(keys).to_numpy()
     return pd.Series(out, index=coll.index)
+
+
+def _participants(coll: pd.DataFrame, keys: np.ndarray) -> pd.Series:
+    """The sorted distinct ranks of each of ``keys``' collectives, by key: one sort of the
+    (key, rank) pairs, not a pandas call per key (thousands on a one-rank Kineto trace)."""
+    pairs = coll.loc[coll[S.COLL_KEY].isin(keys), [S.COLL_KEY, S.RANK]].to_numpy(np.int64)
+    if not len(pairs):
+        return pd.Series([], dtype=object)
+    pairs = np.unique(pairs, axis=0)  # sorted by key, then rank
+    starts = np.flatnonzero(np.r_[True, pairs[1:, 0] != pairs[:-1, 0]])
+    members = [tuple(r.tolist()) for r in np.split(pairs[:, 1], starts[1:])]
+    return pd.Series(members, index=pairs[starts, 0], dtype=object)
 
 
 def _lists_members(coll: pd.DataFrame) -> np.ndarray:
@@ -148,15 +162,29 @@ def _lists_members(coll: pd.DataFrame) -> np.ndarray:
     return listed[codes]
 
 
-def _declared_world(trace: S.Trace) -> int:
-    """The job's size as the ranks' metadata declares it (Kineto ``distributedInfo.world_size``);
-    0 when none does."""
+def declared_ranks(trace: S.Trace) -> tuple[int, str]:
+    """(how many ranks the job has, what says so) as the trace declares it: the world size of
+    the ranks' metadata (Kineto ``distributedInfo.world_size``) or, in any format, the members
+    the collectives' groups list (Neuron ``replica_group``, XPlane replica groups, Kineto
+    ``Process Group Ranks``): the ranks TRC502 reports missing. (0, "") when nothing does."""
     sizes = [
         int(m.info["world_size"])
         for m in trace.meta.values()
         if str(m.info.get("world_size", "")).isdigit()
     ]
-    return max(sizes, default=0)
+    world = max(sizes, default=0)
+    coll = trace.collectives
+    members: set[int] = set()
+    if len(coll):
+        listed = _lists_members(coll)
+        for g in pd.unique(coll[S.GROUP].astype(str).to_numpy()[listed]):  # distinct groups
+            members.update(int(x) for x in g.split(","))
+    named = len(members | set(trace.ranks))
+    if world >= named and world:
+        return world, f"world size {world}"
+    if named > len(trace.ranks):
+        return named, f"the collectives' groups name {named} ranks"
+    return world, f"world size {world}" if world else ""
 
 
 def _pipelines(p2p: pd.DataFrame, notes: list[str]) -> dict[int, int]:
@@ -168,7 +196,7 @@ def _pipelines(p2p: pd.DataFrame, notes: list[str]) -> dict[int, int]:
     for members, rows in first.groupby("members", sort=False):
         if len(members) != 2:
             continue
-        senders = rows.loc[rows["op"] == "send", S.RANK].tolist()
+        senders = rows.loc[rows["sends"], S.RANK].tolist()
         a, b = members if not senders or senders[0] == members[0] else members[::-1]
         if not senders:
             notes.append(f"Send/Recv between ranks {a} and {b} has no Send side: lower rank first")
@@ -219,6 +247,37 @@ def _layer_count(trace: S.Trace) -> int:
     return int(names.str.match(r"(layer|block|layers)[._]?\d+").sum())
 
 
+_LAYER_INDEX = re.compile(r"(?:layer|block|layers)[._]?(\d+)")
+_REDUCTIONS = {"allreduce", "all_reduce", "reducescatter", "reduce_scatter"}
+
+
+def _reduces_in_forward(trace: S.Trace, fam: pd.DataFrame) -> bool:
+    """The family's reductions follow layers in rising order on its ranks, three or more in a
+    row (layer k, k+1, k+2): a forward pass, where only tensor parallelism reduces. A
+    data-parallel gradient reduction runs in the backward pass, layers falling; it rises only
+    once, from one step to the next."""
+    coll = trace.collectives
+    ev = trace.events
+    if S.LAYER not in ev or not len(coll):
+        return False
+    ops = coll[S.COLL_OP].astype(str).str.lower().to_numpy()
+    mine = group_members(coll).isin(set(fam["members"])).to_numpy()
+    rows = coll[mine & np.isin(ops, list(_REDUCTIONS))]
+    index = ev[S.LAYER].astype(str).str.extract(_LAYER_INDEX, expand=False).astype("Float64")
+    layered = (ev[S.KIND] == "compute").to_numpy() & index.notna().to_numpy()
+    index = index.to_numpy(dtype=np.float64, na_value=np.nan)
+    runs = []
+    for rank, own in rows.groupby(S.RANK):
+        c = np.flatnonzero(layered & (ev[S.RANK] == rank).to_numpy())
+        c = c[np.argsort(ev[S.TS].to_numpy()[c], kind="stable")]
+        at = np.searchsorted(ev[S.TS].to_numpy()[c], np.sort(own[S.ARRIVAL].to_numpy()), "right")
+        rise = np.diff(index[c[at[at > 0] - 1]]) > 0
+        # The longest run of consecutive rises.
+        breaks = np.flatnonzero(np.r_[True, ~rise, True])
+        runs.append(int(np.diff(breaks).max()) - 1 if len(rise) else 0)
+    return bool(runs) and float(np.median(runs)) >= 2
+
+
 def _classify(trace, fams, stage, notes) -> dict[str, pd.DataFrame]:
     """Dimension -> the family of groups that forms it."""
     described = _described(trace)
@@ -253,6 +312,12 @@ def _classify(trace, fams, stage, notes) -> dict[str, pd.DataFrame]:
                 f"one group family of size {int(fam['size'].iat[0])} with {per_rank:.0f} "
                 f"collectives per rank over {layers} layers: read as tensor parallel"
             )
+        elif "tp" not in found and _reduces_in_forward(trace, fam):
+            found["tp"] = fam
+            notes.append(
+                f"one group family of size {int(fam['size'].iat[0])} reducing between layers in "
+                "forward order: read as tensor parallel"
+            )
         else:
             found["dp"] = fam
         rest = rest[1:]
@@ -278,13 +343,14 @@ def infer_layout(trace: S.Trace) -> Layout:
             S.COLL_KEY: coll[S.COLL_KEY].to_numpy(),
         }
     )
-    declared = _declared_world(trace)
-    if declared > len(ranks):
+    declared, said = declared_ranks(trace)
+    incomplete = declared > len(ranks)
+    if incomplete:
         # A group the format does not list is read from its instances' participants: with ranks
         # of the job missing, those are only the ranks given, not the group (2 sampled ranks of
         # a 128-rank all-to-all would read as a pair). Such groups say nothing about the layout.
         listed = _lists_members(coll)
-        given = f"{len(ranks)} of the job's {declared} ranks given (world size {declared})"
+        given = f"{len(ranks)} of the job's {declared} ranks given ({said})"
         if not listed.any():
             given += ": its groups are incomplete (the trace lists no members), layout not inferred"
         elif not listed.all():
@@ -294,11 +360,26 @@ def infer_layout(trace: S.Trace) -> Layout:
     is_p2p = rows["op"].isin(P2P_OPS).to_numpy()
     # Kineto names a Send/Recv by the whole pipeline group: the pair is its two participants.
     p2p = rows[is_p2p]
+    listed_groups = p2p["members"].tolist()  # before pairs replace whole-pipeline groups
     size = p2p.groupby(S.COLL_KEY)[S.RANK].transform("size").to_numpy()
     pair_lo = p2p.groupby(S.COLL_KEY)[S.RANK].transform("min").to_numpy()
     pair_hi = p2p.groupby(S.COLL_KEY)[S.RANK].transform("max").to_numpy()
     pairs = pd.Series(list(zip(pair_lo.tolist(), pair_hi.tolist(), strict=True)), index=p2p.index)
     p2p = p2p.assign(members=p2p["members"].where(size != 2, pairs))
+    group = coll[S.GROUP].to_numpy()[p2p.index.to_numpy()]  # rows is positional over coll
+    source = one_sided_sources(p2p["op"].to_numpy(), group, p2p[S.RANK].to_numpy())
+    p2p = p2p.assign(sends=(p2p["op"] == "send").to_numpy() | (source == 1))
+    unstaged = False  # a pipeline whose stages cannot be told
+    if incomplete and len(p2p):
+        # A pipeline with members not given cannot be staged: stage 0 or the sending side of a
+        # pair may be among the missing ranks, and a chain of the pairs given starts at the
+        # wrong stage. Unless every Send/Recv group is whole, none is used (not guessed).
+        given_ranks = set(ranks)
+        codes, groups = pd.factorize(pd.Series(listed_groups, dtype=object))
+        whole = np.array([set(g) <= given_ranks for g in groups] + [False])[codes]  # distinct
+        if not whole.all():
+            notes.append("pipeline stages not inferred: Send/Recv groups with ranks not given")
+            p2p, unstaged = p2p.iloc[:0], True
     stage = _pipelines(p2p, notes)
     grouped = rows[~is_p2p].groupby("members", sort=False)
     groups = pd.DataFrame(
@@ -309,7 +390,13 @@ def infer_layout(trace: S.Trace) -> Layout:
         }
     )
     groups["size"] = groups["members"].map(len)
-    found = _classify(trace, _families(groups), stage, notes)
+    if unstaged:
+        # Without the stages a group may span them (model-parallel, no dimension) or not: the
+        # 4-rank AllReduce of a 4-stage pipeline is not a data-parallel group of 4.
+        notes.append("groups not assigned to a dimension: they may span the unknown stages")
+        found = {}
+    else:
+        found = _classify(trace, _families(groups), stage, notes)
     sizes = {"pp": max(stage.values(), default=0) + 1}
     coords["pp"] = pd.Series(stage, dtype=np.int64).reindex(coords.index).fillna(0).astype(np.int64)
     for dim in ("tp", "dp", "ep"):
@@ -321,7 +408,7 @@ def infer_layout(trace: S.Trace) -> Layout:
         coords[dim] = pd.Series(position, dtype=np.int64).reindex(coords.index).fillna(0)
     coords = coords.astype(np.int64)
     world = len(ranks)
-    if declared > world:
+    if incomplete:
         # The sizes of the groups seen (listed ones) stand; the rest of the job is not guessed.
         return Layout(
             sizes["dp"], sizes["tp"], sizes["pp"], sizes["ep"], "inferred", coords, tuple(notes)

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from tracediag.model import schema as S
+from tracediag.model.collective_ops import one_sided_sources
 
 # Node roles
 BODY, ARRIVAL, INSTANCE, COMPLETION = 0, 1, 2, 3
@@ -31,7 +32,7 @@ BODY, ARRIVAL, INSTANCE, COMPLETION = 0, 1, 2, 3
 # Edge codes (why a predecessor constrains a node)
 PROGRAM_ORDER, DEPENDENCY, DMA_TRIGGER, LAUNCH, FLOW, SYNC = 0, 1, 2, 3, 4, 5
 COLL_ARRIVAL, COLL_START, SYNC_DONE = 6, 7, 8
-STREAM_WAIT, THREAD_HANDOFF = 9, 10  # inferred (graph.idle_waits)
+STREAM_WAIT, THREAD_HANDOFF, DEVICE_WAIT = 9, 10, 11  # inferred (graph.idle_waits)
 EDGE_CODE_NAMES = (
     "program_order",
     "dependency",
@@ -44,6 +45,7 @@ EDGE_CODE_NAMES = (
     "sync_completion",
     "stream_wait",
     "thread_handoff",
+    "device_wait",
 )
 _FORMAT_EDGE_CODES = {
     "dependency": DEPENDENCY,
@@ -53,6 +55,7 @@ _FORMAT_EDGE_CODES = {
     "sync": SYNC,
     "stream_wait": STREAM_WAIT,
     "thread_handoff": THREAD_HANDOFF,
+    "device_wait": DEVICE_WAIT,
 }
 
 
@@ -172,7 +175,10 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
         c_ev = coll[S.EVENT].to_numpy()
         c_key = coll[S.COLL_KEY].to_numpy()
         arrival = coll[S.ARRIVAL].to_numpy()
-        last_arrival = coll.groupby(S.COLL_KEY)[S.ARRIVAL].transform("max").to_numpy()
+        # A one-sided transfer's target waits for its source; the source waits for nobody, and
+        # the target's arrival (no trigger: its transfer's start) holds nothing up.
+        waited = _waited_arrivals(coll)
+        last_arrival = _instance_arrivals(c_key, arrival, waited)
         c_end = coll[S.END].to_numpy()
         eff_start = np.minimum(np.maximum(coll[S.START].to_numpy(), last_arrival), c_end)
         b = body_of[c_ev]
@@ -193,7 +199,7 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
         uniq_keys, inv = np.unique(c_key, return_inverse=True)
         inst_nodes = next_id + np.arange(len(uniq_keys))
         next_id += len(uniq_keys)
-        inst_start = pd.Series(arrival).groupby(inv).max().to_numpy()
+        inst_start = pd.Series(last_arrival).groupby(inv).max().to_numpy()
         starts.append(inst_start)
         durs.append(np.zeros(len(uniq_keys), dtype=np.int64))
         ranks.append(np.full(len(uniq_keys), -1, dtype=rank.dtype))
@@ -201,9 +207,12 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
         events.append(np.full(len(uniq_keys), -1, dtype=np.int64))
         roles.append(np.full(len(uniq_keys), INSTANCE, dtype=np.int8))
         ckeys.append(uniq_keys.astype(np.int64, copy=False))
-        src_list += [arr_nodes, inst_nodes[inv]]
-        dst_list += [inst_nodes[inv], b]
-        code_list += [np.full(n_c, COLL_ARRIVAL, np.int8), np.full(n_c, COLL_START, np.int8)]
+        src_list += [arr_nodes[waited], inst_nodes[inv]]
+        dst_list += [inst_nodes[inv][waited], b]
+        code_list += [
+            np.full(int(waited.sum()), COLL_ARRIVAL, np.int8),
+            np.full(n_c, COLL_START, np.int8),
+        ]
 
     # --- sync calls that wait for device work: begin (body, zero length) + completion -------
     # Recorded and inferred edges as arrays (no frame concatenated: their kinds' categories
@@ -309,6 +318,25 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
         window=_device_nodes(trace, node_track),
         dropped_edges=dropped,
     )
+
+
+def _waited_arrivals(coll: pd.DataFrame) -> np.ndarray:
+    """Per collective row: its arrival holds its instance up. Not so for the target of a
+    one-sided transfer whose instance has a source (``collective_ops.ONE_SIDED_OPS``)."""
+    side = one_sided_sources(
+        coll[S.COLL_OP].to_numpy(), coll[S.GROUP].to_numpy(), coll[S.RANK].to_numpy()
+    )
+    target = side == 0
+    if not target.any():
+        return np.ones(len(coll), dtype=bool)
+    has_source = pd.Series(side == 1).groupby(coll[S.COLL_KEY].to_numpy()).transform("any")
+    return ~(target & has_source.to_numpy())
+
+
+def _instance_arrivals(key: np.ndarray, arrival: np.ndarray, waited: np.ndarray) -> np.ndarray:
+    """Per collective row: the last arrival its instance waits for (see _waited_arrivals)."""
+    held = np.where(waited, arrival, np.iinfo(np.int64).min)
+    return pd.Series(held).groupby(key).transform("max").to_numpy()
 
 
 def _edge_codes(kind: pd.Series) -> np.ndarray:

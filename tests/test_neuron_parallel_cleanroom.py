@@ -1,0 +1,125 @@
+"""Tensor-parallel and pipeline Neuron profiles written by the clean-room writer
+(tests/cleanroom/neuron_device_writer.py, made without reading our code): the layout, the clock
+alignment and the findings against the truth its simulation computed (savings re-simulated
+without the injected cause, clock offsets drawn by the writer)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.cleanroom.neuron_device_writer import write_scenario
+from tracediag.analysis.context import change_key
+from tracediag.analysis.parallel_layout import infer_layout
+from tracediag.engine.diagnose import diagnose
+from tracediag.graph.replay import replay
+from tracediag.loading.loader import load
+from tracediag.model.findings import Severity
+
+TOLERANCE = 0.15
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    """name -> (loaded trace, truth), written once."""
+    out = {}
+    for name in ("tp_exposed_allreduce", "pipeline_1f1b_slow_stage"):
+        root = tmp_path_factory.mktemp(name)
+        truth = write_scenario(name, root, formats=("parquet",))
+        paths = [root / p for p in truth["files"]["parquet"].values()]
+        out[name] = (load(paths, cache=False), truth)
+    return out
+
+
+def _fault(truth, kind):
+    (fault,) = [f for f in truth["findings"] if f["kind"] == kind]
+    return fault
+
+
+def test_tp_allreduce_between_layers_is_read_as_tensor_parallel(jobs):
+    trace, truth = jobs["tp_exposed_allreduce"]
+    layout = infer_layout(trace)
+    assert (layout.dp, layout.tp, layout.pp) == (truth["layout"]["dp"], 2, 1)
+    assert layout.coords["tp"].tolist() == [
+        truth["layout"]["rank_coords"][str(r)]["tp"] for r in range(2)
+    ]
+
+
+def test_exposed_tp_allreduce_is_one_finding_with_the_true_saving(jobs):
+    trace, truth = jobs["tp_exposed_allreduce"]
+    fault = _fault(truth, "exposed_allreduce")
+    d = diagnose(trace)
+    exposed = [f for f in d.findings if f.code in ("COL202", "COL203")]
+    # One finding for the job's TP AllReduces (not one per rank the path happens to cross).
+    assert [(f.code, f.ranks, f.op) for f in exposed] == [("COL203", (0, 1), "AllReduce")]
+    f = exposed[0]
+    assert f.severity >= Severity.WARNING
+    assert abs(f.saving_ns - fault["saving_ns"]) <= TOLERANCE * fault["saving_ns"]
+    # Its saving is what its own change removes, at most: the transfer time cut from each
+    # instance (one rank's share, as every participant's body shrinks together), plus gaps.
+    change = d.analysis.changes[change_key(f)]
+    g = d.analysis.graph
+    cut = g.dur[change.dur_nodes] - change.dur_values
+    per_rank = max(int(cut[g.rank[change.dur_nodes] == r].sum()) for r in (0, 1))
+    gaps = int((g.gap[change.gap_nodes] - change.gap_values).clip(min=0).sum())
+    assert 0 < f.saving_ns <= per_rank + gaps
+    assert (
+        f.saving_ns == g.end[g.window].max() - g.start[g.window].min() - replay(g, change).length_ns
+    )
+
+
+def test_pipeline_stages_aligned_by_their_permute_transfers(jobs):
+    trace, truth = jobs["pipeline_1f1b_slow_stage"]
+    clock = {int(r): v for r, v in truth["time"]["clock_offset_ns"].items()}
+    for rank, meta in trace.meta.items():
+        assert meta.info["clock"] == ("reference" if rank == 0 else "transfers")
+        # offset added = reference clock - own clock (the writer's draws), within 1 us
+        assert abs(meta.clock_offset_ns - (clock[0] - clock[rank])) <= 1_000
+    # Every transfer pairs its two sides: 8 micro-batches x 3 links x 2 directions.
+    sizes = trace.collectives.groupby("coll_key")["rank"].nunique()
+    assert len(sizes) == 48 and (sizes == 2).all()
+    layout = infer_layout(trace)
+    assert (layout.dp, layout.tp, layout.pp) == (1, 1, 4)
+    assert layout.coords["pp"].tolist() == [
+        truth["layout"]["rank_coords"][str(r)]["pp"] for r in range(4)
+    ]
+
+
+def test_slow_stage_is_named_by_pip602_and_pip601(jobs):
+    trace, truth = jobs["pipeline_1f1b_slow_stage"]
+    fault = _fault(truth, "slow_pipeline_stage")
+    d = diagnose(trace)
+    (slow,) = [f for f in d.findings if f.code == "PIP602"]
+    assert slow.ranks == tuple(fault["ranks"]) == (2,) and slow.severity >= Severity.WARNING
+    assert slow.evidence["imbalance_pct"] == pytest.approx(100 * (fault["factor"] - 1), abs=3)
+    # The saving is the bubble the slow stage costs: above the truth today (see the xfail).
+    assert 0.5 * fault["saving_ns"] < slow.saving_ns < 1.5 * fault["saving_ns"]
+    bubbles = {f.ranks: f for f in d.findings if f.code == "PIP601"}
+    warned = {r for r, f in bubbles.items() if f.severity >= Severity.WARNING}
+    assert warned == {(0,), (1,), (3,)}  # the slow stage itself idles least
+    assert not [f for f in d.findings if f.code in ("COL201", "TRC503")]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="PIP602's replay saves ~19% more than the re-simulation: the stages' inferred "
+    "waits do not hold every dependency the truth's counterfactual binds on (issue 14)",
+)
+def test_slow_stage_saving_within_tolerance_of_the_truth(jobs):
+    trace, truth = jobs["pipeline_1f1b_slow_stage"]
+    fault = _fault(truth, "slow_pipeline_stage")
+    (slow,) = [f for f in diagnose(trace).findings if f.code == "PIP602"]
+    assert abs(slow.saving_ns - fault["saving_ns"]) <= TOLERANCE * fault["saving_ns"]
+
+
+def test_permute_sides_are_one_sided_in_the_graph(jobs):
+    """A permute's target waits for its source's arrival; the source waits for nobody."""
+    trace, _ = jobs["pipeline_1f1b_slow_stage"]
+    from tracediag.analysis.context import analyse
+    from tracediag.graph.dependencies import COLL_ARRIVAL, INSTANCE
+
+    g = analyse(trace).graph
+    inst = np.flatnonzero(g.role == INSTANCE)
+    lo, hi = g.pred_ptr[inst], g.pred_ptr[inst + 1]
+    assert ((hi - lo) == 1).all()  # one arrival each: the source's
+    assert (g.pred_code[lo] == COLL_ARRIVAL).all()
