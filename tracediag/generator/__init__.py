@@ -20,7 +20,9 @@ was written, else chrome). host_gaps faults exist only in the chrome flavour.
 
 The parallel scenarios (``pipeline_*``, ``tp_*``: a dp x tp x pp job) are simulated by
 :mod:`parallel_write`: Neuron Parquet and JSON only, truth with the ``layout`` and per-stage
-bubbles (see there).
+bubbles (see there). The kernel scenarios (``kernel_clean``, ``dma_reloads``, ``small_tiles``,
+``transpose_heavy``, ``slow_vector_engine``, ``strided_dma``: one matmul kernel on one
+NeuronCore) are simulated by :mod:`kernels`: Neuron Parquet only.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from tracediag.generator import (
 from tracediag.generator.clocks import device_offsets, host_offsets
 from tracediag.generator.device_tables import rank_tables
 from tracediag.generator.gpu_flavour import run_gpu
+from tracediag.generator.kernels import KERNEL_SCENARIOS, generate_kernel
 from tracediag.generator.parallel_layout import PARALLEL_SCENARIOS
 from tracediag.generator.parallel_write import generate_parallel
 from tracediag.generator.program import WorkloadShape
@@ -76,6 +79,8 @@ def generate(
     unknown = set(formats) - set(FORMATS)
     if unknown:
         raise ValueError(f"unknown formats {sorted(unknown)}; known: {', '.join(FORMATS)}")
+    if scenario in KERNEL_SCENARIOS:
+        return generate_kernel(scenario, out, formats, ranks, seed)
     ranks = DEFAULT_RANKS if ranks is None else int(ranks)
     if ranks < 1:
         raise ValueError("ranks must be at least 1")

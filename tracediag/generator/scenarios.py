@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tracediag.generator import hardware as hw
 from tracediag.generator.faults import Fault
+from tracediag.generator.kernels import KERNEL_SCENARIOS
 from tracediag.generator.parallel_layout import PARALLEL_SCENARIOS
 from tracediag.generator.precision import fp32_matmul_fault
 
@@ -18,6 +19,7 @@ SCENARIOS = {
     "fp32_matmul": "layer_1's matmuls run in FP32 on every rank: 4x slower than the BF16 rest",
     "numerical_error": "layer_1's forward matmuls produce NaN: the hardware reports each one",
     **PARALLEL_SCENARIOS,  # dp x tp x pp jobs, simulated by generator.parallel_write
+    **KERNEL_SCENARIOS,  # one-NeuronCore kernel micro-benchmarks, by generator.kernels
 }
 
 STRAGGLER_RANK = 1
@@ -29,6 +31,8 @@ def scenario_faults(name: str, ranks: int, layers: int) -> list[Fault]:
         raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
     if name in PARALLEL_SCENARIOS:
         raise ValueError(f"{name} is a parallel scenario: generator.parallel_write simulates it")
+    if name in KERNEL_SCENARIOS:
+        raise ValueError(f"{name} is a kernel scenario: generator.kernels simulates it")
     last = layers - 1
     mid = min(2, last)
     slow = Fault("slow_dma", None, (1,), "fwd", queue=hw.WEIGHT_QUEUE, factor=0.25)

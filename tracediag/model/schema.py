@@ -33,7 +33,7 @@ TS = "ts_ns"
 DUR = "dur_ns"
 BYTES = "bytes"
 FLOPS = "flops"
-WAIT = "wait_ns"
+WAIT = "wait_ns"  # stall once ready (Neuron evt_wait_time_ns; a consumer's dma_wait_time_ns)
 LAYER = "layer"
 OP = "op"
 SOURCE = "source_location"
@@ -41,6 +41,14 @@ STEP = "step"
 COLL_KEY = "coll_key"
 SRC_ID = "src_id"  # the event's id in its source format (instruction id, correlation id...)
 TRANSPOSE_FLOPS = "transpose_flops"  # FLOPs of the event spent on transposes (Neuron tensor engine)
+#: A tensor-engine instruction's tile (Neuron ``operands``): the PE array rows (K) and columns
+#: (M) it uses, the moving tensor's free size (N), and the addresses it reads and writes.
+TILE_ROWS = "tile_rows"
+TILE_COLS = "tile_cols"
+TILE_MOVING = "tile_moving"
+SRC_ADDRESS = "src_address"
+DST_ADDRESS = "dst_address"
+TILE_FIELDS = (TILE_ROWS, TILE_COLS, TILE_MOVING, SRC_ADDRESS, DST_ADDRESS)
 
 #: Event kinds. ``marker`` events (annotations, CPU op ranges, steps) are kept for drill-down
 #: but are not nodes of the dependency graph.
@@ -68,6 +76,7 @@ EVENT_OPTIONAL = {
     # tracediag.model.numeric_formats normalises it; missing when unknown.
     "dtype": "category",
     TRANSPOSE_FLOPS: "float64",
+    **dict.fromkeys(TILE_FIELDS, "float64"),  # NaN: not a tensor instruction, not stated
 }
 
 # ---- tracks -------------------------------------------------------------------------------

@@ -1,0 +1,128 @@
+"""DMA105: the same tensor moved more than once within a step."""
+
+from __future__ import annotations
+
+from tracediag.engine.rule import Rule, severity_by_saving
+from tracediag.model.findings import Severity
+from tracediag.model.units import fmt_bytes, fmt_ns
+
+
+class RedundantDmaTransfers(Rule):
+    code = "DMA105"
+    name = "redundant-dma-transfers"
+    title = "The same tensor moved more than once"
+    severity = Severity.WARNING
+    options = {
+        "min_excess_pct": 10.0,  # bytes beyond one pass over the tensor, in % of its size
+        "warn_saving_pct": 1.0,
+        "error_saving_pct": 10.0,
+    }
+    doc = {
+        "what it finds": "Tensors whose DMA transfers within one step move more bytes than the "
+        "tensor holds (its size in the profile's `TensorInfo`): once the tensor's bytes have "
+        "all been moved, every later transfer of it is a repeat (a reload). Per tensor: how many "
+        "times it was moved, the source lines that trigger the repeats (the triggering "
+        "instruction's `bir_debug_info_source_location`, as AWS's redundant-transfer "
+        "investigation joins `Flow` to the DMA rows), and what the step takes without them, by "
+        "replay (the repeats moving nothing). Needs `TensorInfo`; spill reloads are NUM703's.",
+        "why it matters": "A reload moves bytes the kernel already had: the excess HBM traffic "
+        "of the performance bounds. On a DMA-bound kernel every reloaded byte is time.",
+        "how to fix": "Keep the tensor resident in SBUF across the loop that reuses it (hoist "
+        "the `dma_copy` out of the loop, reorder the loops so the reused tile is the outer one), "
+        "or tile so that it fits.",
+        "example": "`DMA105 warning rank 0 qSyncIO0: tensor B (4 MiB) is moved 8.0 times in "
+        "the step (28 MiB more than once), from matmul_kernel.py:24 (224); without the repeats "
+        "the kernel would be 150 µs shorter.`",
+    }
+
+    def check(self, ctx, opts):
+        import numpy as np
+        import pandas as pd
+
+        from tracediag.analysis.source_lines import (
+            event_sources,
+            event_steps,
+            lines_text,
+            on_path_ns,
+        )
+        from tracediag.graph.replay import WhatIf
+
+        sizes = {r: m.info.get("tensor_sizes") or {} for r, m in ctx.trace.meta.items()}
+        if not any(sizes.values()):
+            return
+        dma = ctx.dma
+        dma = dma[dma["bytes"].notna().to_numpy()]
+        # Per (rank, tensor) the size TensorInfo gives: a few tensors, looked up by index.
+        table = pd.Series(
+            {(int(r), str(t)): float(b) for r, per in sizes.items() for t, b in per.items()}
+        )
+        key = pd.MultiIndex.from_arrays(
+            [dma["rank"].to_numpy(), dma["tensor"].astype(str).to_numpy()]
+        )
+        size = table.reindex(key).to_numpy(dtype=np.float64)
+        known = np.isfinite(size)
+        if not known.any():
+            return
+        d = dma[known].assign(size=size[known])
+        d["step"] = event_steps(ctx.trace, d["event"].to_numpy())
+        d = d.sort_values(["rank", "step", "tensor", "ts", "event"], kind="stable")
+        moved_before = d.groupby(["rank", "step", "tensor"])["bytes"].cumsum() - d["bytes"]
+        # Once a step has moved every byte of the tensor, later transfers of it are repeats.
+        d["repeat"] = (moved_before >= d["size"]).to_numpy()
+        for tensor, grp in d.groupby("tensor", sort=True):
+            per = grp.groupby(["rank", "step"])["bytes"].sum()
+            tensor_size = float(grp["size"].iloc[0])
+            excess = float((per - tensor_size).clip(lower=0).sum())
+            steps = len(per)
+            reps = grp[grp["repeat"].to_numpy()]
+            if not len(reps) or 100.0 * excess / (tensor_size * steps) < opts["min_excess_pct"]:
+                continue
+            ids = reps["event"].to_numpy()
+            nodes = ctx.nodes_of(ids)
+            ok = nodes >= 0
+            zero = np.zeros(int(ok.sum()), dtype=np.int64)
+            # A repeat removed moves nothing and waits for nothing after its trigger.
+            change = WhatIf.durations(nodes[ok], zero) + WhatIf.gaps(nodes[ok], zero)
+            saving = ctx.what_if(change)
+            impact = int(on_path_ns(ctx, ids).sum())
+            lines = pd.Series(event_sources(ctx.trace, ids))
+            times = float(per.mean() / tensor_size)
+            queue = str(reps["queue"].value_counts().idxmax())
+            ranks = tuple(sorted(int(r) for r in reps["rank"].unique()))
+            where = f" from {lines_text(lines)}" if (lines != "").any() else ""
+            yield ctx.finding(
+                self,
+                severity=severity_by_saving(ctx.pct(saving), opts, self.severity),
+                message=(
+                    f"Tensor {tensor} ({fmt_bytes(tensor_size)}) is moved {times:.1f} times per "
+                    f"step on {_ranks(ranks)} ({fmt_bytes(excess / steps)} per step more than "
+                    f"once) in {len(reps)} repeated transfers{where}; they hold the critical "
+                    f"path {fmt_ns(impact)} ({ctx.pct(impact)}% of the step). Without the "
+                    f"repeats the step would be {fmt_ns(saving)} shorter."
+                ),
+                ranks=ranks,
+                engine="dma",
+                track=queue,
+                op=str(tensor),
+                start_ns=int(reps["ts"].min()),
+                end_ns=int((reps["ts"] + reps["dur"]).max()),
+                impact_ns=impact,
+                saving_ns=int(saving),
+                change=change,
+                suggestion="Keep the tensor resident in SBUF across the loop that reuses it, or "
+                "reorder the loops so the reused tile is loaded once.",
+                evidence={
+                    "tensor": str(tensor),
+                    "tensor_bytes": tensor_size,
+                    "bytes_moved_per_step": float(per.mean()),
+                    "times_moved": round(times, 3),
+                    "excess_bytes": excess,
+                    "repeated_transfers": int(len(reps)),
+                    "source_lines": {str(k): int(v) for k, v in lines.value_counts().items() if k},
+                    "events": ids[:20].tolist(),
+                },
+            )
+
+
+def _ranks(ranks: tuple[int, ...]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
