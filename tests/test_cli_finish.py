@@ -154,9 +154,7 @@ def test_bash_completes_commands_options_codes_choices_and_files(bash_script, tm
     assert _complete(bash_script, tmp_path, "tracediag", "check", "--fail") == ["--fail-on"]
     assert _complete(bash_script, tmp_path, "tracediag", "check", "--fail-on", "w") == ["warning"]
     assert _complete(bash_script, tmp_path, "tracediag", "report", "--select", "DMA10") == [
-        "DMA101",
-        "DMA102",
-        "DMA103",
+        f"DMA10{i}" for i in range(1, 6)
     ]
     assert _complete(bash_script, tmp_path, "tracediag", "report", "--ignore", "DMA101,TRC50") == [
         f"DMA101,{c}" for c in rule_codes() if c.startswith("TRC50")

@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tracediag.cli.by_source import add_by_options, check_by_options
 from tracediag.cli.common import MAX_WIDTH, add_reading_options, emit, load_paths, say
 from tracediag.model.errors import UsageError
 from tracediag.model.wording import plural
@@ -74,6 +75,7 @@ def add_parser(commands) -> None:
         action="store_true",
         help="keep each rank's clock as recorded (the window is then in each rank's own clock)",
     )
+    add_by_options(p, "the bounds")
     add_reading_options(p)
     p.add_argument("-o", "--output", type=Path, metavar="FILE", help="write to FILE, not stdout")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
@@ -86,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--start-ns and --end-ns go together")
     if args.start_ns is not None and args.end_ns <= args.start_ns:
         raise UsageError("--end-ns must be after --start-ns")
+    check_by_options(args, FORMATS)
     from tracediag.analysis import hardware as hw
     from tracediag.analysis.bounds import bounds_records, bounds_table
     from tracediag.engine.config import load_config
@@ -97,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # an unknown [hardware] profile or setting
         raise UsageError(str(exc)) from None
     window = None if args.start_ns is None else (args.start_ns, args.end_ns)
+    if args.by == "source":
+        return _run_by_source(args, trace, peaks, window)
     table = bounds_table(trace, peaks, window)
     say(args, f"bounds of {plural(len(table), 'rank')}")
     if args.format == "json":
@@ -108,6 +113,26 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         emit(args, render_text(table))
+    return 0
+
+
+def _run_by_source(args: argparse.Namespace, trace, peaks: dict, window) -> int:
+    """``--by source``: the bounds of each source line's events; one line when none has one."""
+    from tracediag.analysis.source_lines import NO_SOURCE
+    from tracediag.cli import by_source
+
+    table = by_source.bounds_source_table(trace, peaks, window, args.top)
+    say(args, f"bounds of {plural(len(table), 'source line')}")
+    if args.format == "json":
+        from tracediag.engine.diagnosis import report_json
+
+        body = {"schema": BOUNDS_SCHEMA, "note": NOTE, "by": "source"}
+        body["source_lines"] = by_source.bounds_source_records(table)
+        if not len(table):
+            body["no_source_lines"] = NO_SOURCE
+        emit(args, report_json(body))
+    else:
+        emit(args, by_source.render_bounds(table) if len(table) else f"{NO_SOURCE}\n")
     return 0
 
 

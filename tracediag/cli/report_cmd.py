@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from tracediag.cli.by_source import add_by_options, check_by_options
 from tracediag.cli.common import (
     add_diagnosis_options,
     add_summary_options,
@@ -36,6 +37,7 @@ def add_parser(commands) -> None:
     p.add_argument(
         "--format", choices=REPORT_FORMATS, default="text", help="report format (default: text)"
     )
+    add_by_options(p, "the critical path and the findings")
     p.add_argument(
         "--history",
         metavar="DB",
@@ -51,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     check_summary_options(args)
     if args.history and args.format != "html":
         raise UsageError("--history needs --format html")
+    check_by_options(args, ("text", "markdown", "json"))
     config = resolve_config(args)
     if args.show_settings:
         return show_settings(args, config)
@@ -67,5 +70,22 @@ def run(args: argparse.Namespace) -> int:
 
         history = trend(*load_history(args.history), DEFAULT_METRICS)
     color, width = use_color(args.output), output_width(args.output)
+    if args.by == "source":
+        emit(args, _by_source(diagnosis, args.format, args.top, color, width))
+        return 0
     emit(args, render(diagnosis, args.format, color=color, trend=history, width=width))
     return 0
+
+
+def _by_source(diagnosis, fmt: str, top: int, color: bool, width: int) -> str:
+    """The report with its ``by_source`` section: a key of the JSON report, or a section after
+    the text and Markdown reports."""
+    from tracediag.cli import by_source
+    from tracediag.report.formats import FORMATS, RenderOptions
+
+    report = diagnosis.to_dict()
+    section = by_source.report_section(diagnosis, top)
+    if fmt == "json":
+        report["by_source"] = section
+    out = FORMATS[fmt].render(report, RenderOptions(color, width, None, diagnosis))
+    return out if fmt == "json" else out + by_source.render_report(section, fmt)

@@ -27,6 +27,7 @@ EDGE_WORDS = {
     "sync_completion": "the completion it waited for",
     "stream_wait": "an inferred stream wait",
     "thread_handoff": "an inferred hand-off between threads",
+    "device_wait": "an inferred wait for the device",
 }
 
 
@@ -97,9 +98,23 @@ def describe(session: Session, event: int, segment: int = -1) -> list[tuple[str,
         ("where", "  ".join(what)),
         ("time", "  ".join(times)),
     ]
+    source = _source(session, event)
+    if source:  # on the event's own row: the timeline's pane has six rows
+        rows[0] = ("event", f"{rows[0][1]}  at {source}")
     rows += _on_path(session, event, segment)
     rows.append(("bound by", bound_by(session, event)))
     return rows
+
+
+def _source(session: Session, event: int) -> str:
+    """The event's source line (a DMA transfer: its triggering instruction's, said so)."""
+    from tracediag.analysis.source_lines import event_sources
+
+    line = str(event_sources(session.trace, np.array([event]))[0])
+    if not line:
+        return ""
+    own = _field(session.trace.events, S.SOURCE, event)
+    return line if own is not None and str(own) else f"{line} (its trigger's line)"
 
 
 def _on_path(session: Session, event: int, segment: int) -> list[tuple[str, str]]:
