@@ -6,6 +6,7 @@
     python benchmarks/bench.py --suite all --json figures.json  # then: --markdown figures.json
     python benchmarks/bench.py --case chrome-1M --paired 10   # floor, report, floor, ...: ratios
     python benchmarks/bench.py --suite real --paired 3        # the real traces (table below)
+    python benchmarks/bench.py --suite real --case chrome-1M  # ... and a generated case with them
     python benchmarks/bench.py --suite real --trace mi300 --baseline /tmp/before  # vs a snapshot
 
 Cases (see ``cases.py`` for the generator options behind the sizes): ``chrome-1M`` (a Kineto
@@ -39,7 +40,8 @@ alternations of the floor (``orjson.loads`` of the decompressed text, read untim
 count and the documents the piecewise Chrome reader gave up on (``fallbacks``: each decoded a
 second time, whole; any is printed, so that none hides); and, where HolisticTraceAnalysis is
 installed in a venv of its own (``--hta-python``, default ``../htavenv/bin/python``), HTA's
-load of the same file (``hta_load.py``).
+load of the same file (``hta_load.py``). ``--case`` with it adds generated cases to the same
+run and table, measured the same way after the real traces (HTA on the real traces only).
 """
 
 from __future__ import annotations
@@ -212,11 +214,15 @@ def run_real(
     hta_python: Path | None,
     only: list[str] | None = None,
     baseline: Path | None = None,
+    generated: tuple[Case, ...] = (),
 ) -> list[dict]:
     """The real traces' table (see the module docstring); returns its rows. ``only``: the
     traces whose name holds one of these; ``baseline``: a tree (``compare_reports.py
-    snapshot``) whose ``report`` is timed in each pair too, after this tree's."""
+    snapshot``) whose ``report`` is timed in each pair too, after this tree's; ``generated``:
+    generated cases measured the same way after the real traces, in the same run and table
+    (HTA is timed on the real traces only)."""
     traces = [t for t in real_traces() if not only or any(o in t.name for o in only)]
+    traces += generated
     if not traces:
         print("no real traces (../shared/traces absent): nothing to run")
         return []
@@ -243,6 +249,7 @@ def run_real(
         rows.append(
             {
                 "trace": trace.name,
+                "kind": "real" if isinstance(trace, RealTrace) else "generated",
                 "bytes": floor.extra.get("bytes", 0),
                 "events": read.events,
                 "floor_s": statistics.median(floors),
@@ -250,7 +257,9 @@ def run_real(
                 "ratio": statistics.median(ratios),
                 "ratio_range": [min(ratios), max(ratios)],
                 "report_peak_mib": min(peaks),
-                "hta_load_s": _hta_load(hta_python, trace) if hta_python else None,
+                "hta_load_s": _hta_load(hta_python, trace)
+                if hta_python and isinstance(trace, RealTrace)
+                else None,
                 "fallbacks": sum(read.extra.get("chrome_fallbacks", {}).values()),
                 **({"baseline_ratio": statistics.median(base_ratios)} if base_ratios else {}),
             }
@@ -351,7 +360,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", choices=SUITES, help="a set of cases (all, chrome, parquet)")
     ap.add_argument(
-        "--case", action="append", choices=(*CASES, "custom"), help="a case (repeatable)"
+        "--case",
+        action="append",
+        choices=(*CASES, "custom"),
+        help="a case (repeatable); with --suite real, measured in the real traces' pairs and table",
     )
     ap.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset of stages")
     ap.add_argument("--repeat", type=int, default=1, help="runs per stage; the best is kept")
@@ -400,7 +412,10 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown([c for f in args.markdown for c in json.loads(f.read_text())]))
         return 0
     if args.suite == "real":
-        rows = run_real(args.out, args.paired or 3, args.hta_python, args.trace, args.baseline)
+        generated = tuple(CASES[n] for n in args.case or [] if n != "custom")
+        rows = run_real(
+            args.out, args.paired or 3, args.hta_python, args.trace, args.baseline, generated
+        )
         if args.json:
             args.json.write_text(json.dumps(rows, indent=2) + "\n")
         return 0

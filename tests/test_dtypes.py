@@ -90,6 +90,20 @@ def test_kernel_names_are_classified():
     )
 
 
+def test_kernel_names_seen_before_are_classified_the_same(monkeypatch):
+    """The per-name memo: a second call (other names, other order, repeats) and a call after
+    the memo overflowed and started again give the same dtypes as the first."""
+    monkeypatch.setattr(dtypes, "_KERNEL_CODES", {})
+    names = list(KERNELS)
+    half = names[::2]
+    assert _names(dtypes.from_kernel_names(half)) == [KERNELS[n] for n in half]
+    mixed = names[::-1] + names[:3]
+    assert _names(dtypes.from_kernel_names(mixed)) == [KERNELS[n] for n in mixed]
+    monkeypatch.setattr(dtypes, "_KERNEL_CODES_MAX", 4)  # every call now overflows and clears
+    assert _names(dtypes.from_kernel_names(mixed)) == [KERNELS[n] for n in mixed]
+    assert len(dtypes._KERNEL_CODES) == len(KERNELS)
+
+
 def test_matmul_kernels_are_told_from_other_kernels():
     names = pd.Categorical(
         [

@@ -161,8 +161,9 @@ def normalise(values) -> pd.Categorical:
 
     def mapper(cats: pd.Series) -> pd.Series:
         out = pd.Series(None, index=cats.index, dtype=object)
+        stripped = cats.str.strip()  # once, not once per spelling
         for name, pattern in _EXACT.items():
-            hit = out.isna() & cats.str.strip().str.match(pattern)
+            hit = out.isna() & stripped.str.match(pattern)
             out[hit] = name
         return out
 
@@ -212,7 +213,24 @@ def from_kernel_names(names) -> pd.Categorical:
             out[out.isna() & ~grammar & low.str.contains(pattern)] = name
         return out
 
-    return _map_categories(names, mapper)
+    cat = _categorical(names)
+    cats = np.asarray(cat.categories.astype(str), dtype=object)
+    # A name's dtype never changes: names classified before (the report asks twice, NUM701
+    # and the precision table) are looked up; only new ones go through the patterns.
+    new = [c for c in cats.tolist() if c not in _KERNEL_CODES]
+    if len(_KERNEL_CODES) + len(new) > _KERNEL_CODES_MAX:  # bounded: start again, these names
+        _KERNEL_CODES.clear()
+        new = cats.tolist()
+    if new:
+        codes = _map_categories(pd.Categorical(new), mapper).codes.tolist()
+        _KERNEL_CODES.update(zip(new, codes, strict=True))
+    lookup = np.array([_KERNEL_CODES[c] for c in cats.tolist()] + [-1], dtype=np.int8)
+    return pd.Categorical.from_codes(lookup[cat.codes], categories=DTYPES)
+
+
+#: Kernel name -> DTYPES code (-1: the name says nothing), filled by :func:`from_kernel_names`.
+_KERNEL_CODES: dict[str, int] = {}
+_KERNEL_CODES_MAX = 200_000  # distinct names kept before the memo starts again
 
 
 def _tensile_dtype(low: pd.Series) -> pd.Series:
