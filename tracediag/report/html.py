@@ -11,6 +11,7 @@ from statistics import median
 from tracediag.model.units import fmt_ns
 from tracediag.model.wording import rank_list, ranks_label
 from tracediag.report.bounds_precision import BOUND_KEYS, bounds_rows, precision_rows
+from tracediag.report.html_steps import steps_section
 from tracediag.report.labels import severity_counts, total_saving, window
 from tracediag.report.svg import (
     CATEGORY_COLORS,
@@ -334,6 +335,7 @@ def render_html(report: dict, trend: dict | None = None, views=None) -> str:
         _timeline(report),
         _worst_window(report, views),
         _bounds(report),
+        steps_section(report),
         _findings(report),
         _gate(report),
         _trend(trend),

@@ -54,3 +54,9 @@ def steps_seen(finding: dict) -> str:
     """``in 3 of 5 steps`` for a finding of a report of several steps, else ``""``."""
     total, seen = finding.get("steps_total", 0), finding.get("steps_seen")
     return f"in {seen} of {total} steps" if total > 1 and seen is not None else ""
+
+
+def typical_index(steps: list[dict], typical_ns: int) -> int:
+    """The step to show as the typical one (the HTML report and the TUI open on it): the first
+    whose time is closest to the typical (median) step time."""
+    return min(range(len(steps)), key=lambda i: abs(steps[i]["step_time_ns"] - typical_ns))

@@ -28,6 +28,7 @@ from tracediag.tui.overview_screen import OverviewScreen
 from tracediag.tui.path_screen import PathScreen
 from tracediag.tui.ranks_screen import RanksScreen
 from tracediag.tui.session import Session, error_line, open_session, planned_stages
+from tracediag.tui.steps_screen import StepsScreen
 from tracediag.tui.timeline_screen import TimelineScreen
 from tracediag.tui.timeline_state import TimelineTarget
 
@@ -60,7 +61,7 @@ class FindingsCommands(Provider):
 
 
 class TracediagApp(App):
-    """Overview, findings, detail, critical path, ranks and timeline over one Diagnosis."""
+    """Overview, findings, detail, critical path, ranks, steps and timeline over one Diagnosis."""
 
     TITLE = "tracediag"
     COMMANDS = App.COMMANDS | {FindingsCommands}
@@ -69,12 +70,14 @@ class TracediagApp(App):
         "findings": FindingsScreen,
         "path": PathScreen,
         "ranks": RanksScreen,
+        "steps": StepsScreen,
     }
     BINDINGS = [
         Binding("o", "view('overview')", "views", group=_VIEWS, tooltip="Overview"),
         Binding("f", "view('findings')", "views", group=_VIEWS, tooltip="Findings"),
         Binding("c", "view('path')", "views", group=_VIEWS, tooltip="Critical path"),
         Binding("r", "view('ranks')", "views", group=_VIEWS, tooltip="Ranks heatmap"),
+        Binding("i", "view('steps')", "views", group=_VIEWS, tooltip="Steps (iterations)"),
         Binding("t", "timeline", "Timeline"),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("T", "toggle_theme", "Theme", show=False),
@@ -188,6 +191,7 @@ class TracediagApp(App):
             ("findings", "Every finding: sort, filter, search"),
             ("path", "The critical path, segment by segment"),
             ("ranks", "Arrival lateness per collective and rank"),
+            ("steps", "Every step: time, outlier cause; pick one for its path and ranks"),
         ):
             yield SystemCommand(f"View: {mode}", what, partial(self.switch_mode, mode))
         yield SystemCommand(

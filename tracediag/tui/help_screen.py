@@ -17,7 +17,7 @@ the cause were fixed. Start at the overview, open a finding, then its timeline.
 ## Everywhere
 | key | does |
 |---|---|
-| `o` `f` `c` `r` | overview, findings, critical path, ranks heatmap |
+| `o` `f` `c` `r` `i` | overview, findings, critical path, ranks heatmap, steps (iterations) |
 | `t` | timeline (of the finding under the cursor, else of the whole step) |
 | `escape` | back |
 | `ctrl+p` | command palette: views, findings by name, theme |
@@ -66,6 +66,19 @@ Every segment of the path; the columns widen with the screen.
 is hot on every row; `▲` marks the last arrival. The darkest colour stands for the largest
 lateness, but never less than 0.5% of the critical path, so noise stays pale; the line above
 the grid says how long the critical path waits for each rank's late arrivals.
+
+## Steps
+Every step (iteration: `ProfilerStep#N`, an XLA step, a Neuron execution) with its time (the
+median over the ranks of their own step), its ratio to the typical (median) step, and, for an
+outlier, its cause. The cursor picks a step (the typical one first); below the table are its
+critical path by category, each rank's own step time and device breakdown, and the findings
+seen in it (a finding is in a step when their windows share 5% of the shorter of the two).
+
+| key | does |
+|---|---|
+| `↑` `↓` | pick the step above / below |
+| `enter` `t` | the picked step in the timeline, on every rank |
+| `space` `pageup` `pagedown` | scroll the picked step's figures |
 """
 
 
