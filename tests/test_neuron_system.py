@@ -214,6 +214,9 @@ def test_events_without_worker_gid_take_their_process_worker(tmp_path):
     assert ev.at["train_step", "track_label"] == "gid5-nc?-tid8-framework"
     # No sync point: the hardware event keeps its time (it cannot be moved); without a
     # collective the execution is one span of device work.
-    assert (ev.at["nc_exec_running", "kind"], ev.at["nc_exec_running", "ts_ns"]) == ("compute", 1010)
+    assert (ev.at["nc_exec_running", "kind"], ev.at["nc_exec_running", "ts_ns"]) == (
+        "compute",
+        1010,
+    )
     assert ev.at["nc_exec_running", "dur_ns"] == 30
     assert ev.at["nc_exec_running", "track_label"] == "nc_exec_running"
