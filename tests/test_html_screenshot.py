@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests import gate_runs
+from tests import gate_runs, pixels
 from tracediag.report.formats import render
 from tracediag.report.svg import CATEGORY_COLORS
 
@@ -27,12 +27,8 @@ pytestmark = pytest.mark.skipif(BROWSER is None, reason="no headless Chromium in
 WIDTH, HEIGHT = 1000, 2600
 
 
-def _rgb(hex_color: str) -> np.ndarray:
-    return np.array([int(hex_color[i : i + 2], 16) for i in (1, 3, 5)], dtype=np.int16)
-
-
 def _mask(img: np.ndarray, hex_color: str, tol: int = 6) -> np.ndarray:
-    return (np.abs(img - _rgb(hex_color)) <= tol).all(axis=2)
+    return pixels.mask(img, hex_color, tol)
 
 
 def _screenshot(diagnosis, out: Path) -> np.ndarray:
@@ -93,15 +89,6 @@ def test_the_worst_window_is_drawn_with_its_events(shot):
     assert _mask(lower, CATEGORY_COLORS["dma_transfer"]).sum() > 50
 
 
-def _bands(mask: np.ndarray) -> list[tuple[int, int]]:
-    """The runs of screen rows where ``mask`` has pixels: [(first y, last y)]."""
-    ys = np.flatnonzero(mask.any(axis=1))
-    if not len(ys):
-        return []
-    cut = np.flatnonzero(np.diff(ys) > 1)
-    return list(zip(ys[np.r_[0, cut + 1]], ys[np.r_[cut, len(ys) - 1]], strict=True))
-
-
 @pytest.fixture(scope="module")
 def gloo_shot(tmp_path_factory):
     """(diagnosis, pixels) of the real 4-rank gloo straggler job's report (rank 2 sleeps)."""
@@ -118,7 +105,7 @@ def _row_of_band(img: np.ndarray, band: tuple[int, int], x_cells: int, row_h: in
     cells above it (each picture labels its rows ``rank 0``, ``rank 1``... top to bottom)."""
     top, bottom = band
     labels = img[max(top - 6 * row_h, 0) : bottom + 1, max(x_cells - 60, 0) : x_cells - 4]
-    lines = _bands(labels.sum(axis=2) < 300)
+    lines = pixels.bands(labels.sum(axis=2) < 300)
     above = [line for line in lines if line[1] < top - (max(top - 6 * row_h, 0))]
     # only the lines of this picture's rows: those within row_h of each other going up
     count, edge = 0, top - max(top - 6 * row_h, 0)
@@ -135,13 +122,13 @@ def test_the_straggler_is_the_darkest_row_of_the_ranks_table_and_the_skew_grid(g
     assert straggler.ranks == (2,)  # the rank truth.json says sleeps before each forward
     # Ranks table: shaded by lateness, the straggler's row full red (rgb 255,95,95), one row
     full = _mask(img, "#FF5F5F", tol=3)
-    (band,) = _bands(full)
+    (band,) = pixels.bands(full)
     assert 15 <= band[1] - band[0] <= 22 and full.sum() > 5_000
     x_cells = int(np.flatnonzero(full.any(axis=0)).min())
     assert _row_of_band(img, band, x_cells, 22) == 2
     # skew grid: the latest colour in one row only, the third of four (rank 2)
     latest = _mask(img, "#B71C1C")
-    (skew_band,) = _bands(latest)
+    (skew_band,) = pixels.bands(latest)
     assert skew_band[1] - skew_band[0] < 18 and skew_band[0] > band[1]
     x_skew = int(np.flatnonzero(latest.any(axis=0)).min())
     assert _row_of_band(img, skew_band, x_skew, 18) == 2
@@ -229,12 +216,12 @@ def test_the_bounds_table_draws_each_bound_as_its_share_of_the_ranks_window(shot
     assert [b["rank"] for b in bounds] == [0, 1]
     for key, color in zip(BOUND_KEYS, BOUND_COLORS, strict=True):
         bars = _mask(img, color, tol=3)
-        rows = _bands(bars)
+        rows = pixels.bands(bars)
         expected = [BOUND_BAR_PX * b["bounds_ns"][key] / b["window"]["total_ns"] for b in bounds]
         assert len(rows) == len(bounds), key  # one bar per rank, one row below the other
         drawn = [int(bars[(top + bottom) // 2].sum()) for top, bottom in rows]
         assert drawn == pytest.approx(expected, abs=1.0), key
     # the straggler's tensor engine is busy longer: its TE-active bar is the longer one
     te = _mask(img, BOUND_COLORS[BOUND_KEYS.index("compute_bound")], tol=3)
-    (r0, r1) = [int(te[(a + b) // 2].sum()) for a, b in _bands(te)]
+    (r0, r1) = [int(te[(a + b) // 2].sum()) for a, b in pixels.bands(te)]
     assert r1 > r0 + 5

@@ -18,8 +18,8 @@ import jsonschema
 import numpy as np
 import pytest
 
+from tests import pixels
 from tests.chrome_helpers import shared
-from tests.cleanroom.kineto_writer import write_job
 from tracediag.ci.metrics import report_metrics
 from tracediag.engine.diagnose import diagnose
 from tracediag.loading.loader import load
@@ -129,15 +129,7 @@ def test_resnet50_six_steps_none_an_outlier(resnet):
 def slow_step(tmp_path_factory):
     """4 ranks, 6 steps; rank 2's host sleeps 8 ms before backward in step index 3 only."""
     folder = tmp_path_factory.mktemp("slow_step")
-    truth = write_job(
-        folder,
-        ranks=4,
-        steps=6,
-        warmup=False,
-        host_delay_rank=2,
-        host_delay_ns=8_000_000,
-        host_delay_steps=[3],
-    )
+    truth = pixels.write_slow_step_job(folder)
     return diagnose(load([folder], cache=False)), truth
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.cleanroom.kineto_writer import write_job
+from tests import pixels
 from tracediag.engine.diagnose import diagnose
 from tracediag.loading.loader import load
 from tracediag.model.units import fmt_ns
@@ -40,15 +40,7 @@ WIDTH, HEIGHT = 1000, 4200
 def slow_step(tmp_path_factory):
     """(diagnosis, report, writer's truth): 4 ranks, 6 steps, step index 3 slowed on rank 2."""
     folder = tmp_path_factory.mktemp("slow_step")
-    truth = write_job(
-        folder,
-        ranks=4,
-        steps=6,
-        warmup=False,
-        host_delay_rank=2,
-        host_delay_ns=8_000_000,
-        host_delay_steps=[3],
-    )
+    truth = pixels.write_slow_step_job(folder)
     d = diagnose(load([folder], cache=False))
     return d, d.to_dict(), truth
 
@@ -84,21 +76,8 @@ def test_one_step_has_no_section():
     assert html_steps.steps_section(report) == ""
 
 
-def _rgb(hex_color: str) -> np.ndarray:
-    return np.array([int(hex_color[i : i + 2], 16) for i in (1, 3, 5)], dtype=np.int16)
-
-
 def _mask(img: np.ndarray, hex_color: str, tol: int = 4) -> np.ndarray:
-    return (np.abs(img - _rgb(hex_color)) <= tol).all(axis=2)
-
-
-def _bands(mask: np.ndarray) -> list[tuple[int, int]]:
-    """Runs of screen rows where ``mask`` has pixels: [(first y, last y)]."""
-    ys = np.flatnonzero(mask.any(axis=1))
-    if not len(ys):
-        return []
-    cut = np.flatnonzero(np.diff(ys) > 1)
-    return list(zip(ys[np.r_[0, cut + 1]], ys[np.r_[cut, len(ys) - 1]], strict=True))
+    return pixels.mask(img, hex_color, tol)
 
 
 def _screenshot(page: str, out: Path) -> np.ndarray:
@@ -125,7 +104,7 @@ def _bar_widths(img: np.ndarray, colors: dict[str, str]) -> list[tuple[int, str,
         solid = mask[:-6].copy()  # pixels of that colour in 7 rows from there down
         for k in range(1, 7):
             solid &= mask[k : len(mask) - 6 + k]
-        for top, _ in _bands(solid):
+        for top, _ in pixels.bands(solid):
             out.append((int(top), name, int(solid[top].sum())))
     return sorted(out)
 
@@ -163,7 +142,7 @@ def test_the_step_bars_are_the_step_times_and_the_outlier_is_marked(slow_step, s
     assert bars[3][1] == "outlier"  # the slowed step, index 3, and no other
     assert [name for _, name, _ in bars].count("typical") == 1
     # The outlier's table row is shaded, one row high, above the chart.
-    (row,) = _bands(_mask(img, html_steps.OUTLIER_ROW, tol=1))
+    (row,) = pixels.bands(_mask(img, html_steps.OUTLIER_ROW, tol=1))
     assert 15 <= row[1] - row[0] <= 30 and row[1] < bars[0][0]
 
 
