@@ -21,7 +21,7 @@ from tracediag.io.release_memory import release_free_memory
 from tracediag.model import schema as S
 from tracediag.model.assembly import RankPart, sanitize_events
 from tracediag.model.errors import TraceInputError
-from tracediag.parsers import chrome_own, kineto, kineto_host, kineto_layers
+from tracediag.parsers import chrome_own, kineto, kineto_host, kineto_layers, kineto_sampling
 from tracediag.parsers.chrome_decode import paused_gc
 from tracediag.parsers.chrome_events import flow_edges, tabulate
 from tracediag.parsers.chrome_stream import read_columns
@@ -84,6 +84,7 @@ def _read(path: Path) -> list[RankPart]:
     rows = kineto.describe(slices, args)
     for cat, n in rows.unread.items():  # nothing is dropped silently: named in TRC501
         meta.count(f"events of unknown category {cat!r} off a device process: kept as markers", n)
+    kineto_sampling.note_sampling(rows, meta)  # a sampled subset's gaps are not idle
     host_only = kineto_host.is_host_only(rows)
     kind = kineto_host.host_kinds(rows) if host_only else kineto.event_kinds(rows)
     launches, launcher = kineto.launch_edges(rows)

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
-from tracediag.analysis.intervals import interval_overlap
-from tracediag.analysis.peers import device_ranks
 from tracediag.engine.rule import Rule, severity_by_saving
-from tracediag.graph import dependencies as G
-from tracediag.graph.replay import WhatIf
 from tracediag.model import schema as S
 from tracediag.model.findings import Severity
 from tracediag.model.units import fmt_ns
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class HostBoundGaps(Rule):
@@ -33,7 +31,10 @@ class HostBoundGaps(Rule):
     doc = {
         "what it finds": "Critical-path time spent on the host side: CPU time between kernel "
         "launches, launch latency, synchronisation calls. The what-if cuts host stalls (delays "
-        "longer than `outlier_factor` times the job's typical one) back to the typical delay. Stalls "
+        "longer than `outlier_factor` times the job's typical one) back to the typical delay. A "
+        "stall is a gap on the critical path, counted from when the device last worked on what was "
+        "queued before it (until then the host may wait for the device, which no host change "
+        "removes); ranks whose trace is a sampled subset (TRC507) have no stalls to price. Stalls "
         "that overlap in time form one pause, named on the ranks that carry it (their stalls add "
         "up to at least `min_rank_share` of the most stalled rank's): one rank's sleep overlaps "
         "the others' ordinary launch gaps, which hold nothing up.",
@@ -48,32 +49,65 @@ class HostBoundGaps(Rule):
     }
 
     def check(self, ctx, opts):
+        import numpy as np
+
+        from tracediag.analysis.intervals import interval_overlap
+        from tracediag.analysis.peers import device_ranks
+        from tracediag.graph.replay import WhatIf
+        from tracediag.whatif.saving_limit import limit_clause
+
         seg = ctx.path.segments
         on_host = (seg["category"] == "host").to_numpy()
         if not on_host.any():  # before the events are scanned for device ranks
             return
-        # host time on the path of a rank without a device is its work, not a device's wait
-        devices = list(device_ranks(ctx.trace))
+        # host time on the path of a rank without a device is its work, not a device's wait;
+        # on a sampled subset of a trace (TRC507) gaps hold events the file does not: no stall
+        devices = [
+            r for r in device_ranks(ctx.trace) if not ctx.trace.meta[r].info.get("sampled_subset")
+        ]
         host = seg[on_host & seg["rank"].isin(devices).to_numpy()]
         if not len(host) or ctx.pct(host["dur_ns"].sum()) < opts["min_impact_pct"]:
             return
         nodes, typical = _host_stalls(ctx, opts["outlier_factor"])
+        # The stalls the path waits on, and on the ranks it does not run through the stalls of
+        # their launch threads (one pause seen on every rank is cut on every rank); a callback
+        # or pool thread's silence, or a launch line the path does not wait for, holds nothing.
         g = ctx.graph
+        on_path = np.isin(nodes, host["node"].to_numpy())
+        tr = g.track[nodes]
+        launching = _launch_tracks(ctx)[np.where(tr >= 0, tr, len(ctx.trace.tracks))]
+        peer = launching & ~np.isin(g.rank[nodes], g.rank[nodes[on_path]])
+        keep = on_path | peer
+        nodes, typical, on_path = nodes[keep], typical[keep], on_path[keep]
+        # A stall is the gap's tail from when the rank's devices last worked: until then the
+        # host may have waited for them (a sync the trace does not show), which no host change
+        # removes; the what-if resumes the host at that instant at the earliest.
+        lo_n = g.start[nodes] - g.gap[nodes]
+        busy = _device_busy_until(ctx, g.rank[nodes], lo_n, g.start[nodes]) - lo_n
+        stalled = g.gap[nodes] - busy > opts["outlier_factor"] * np.maximum(typical, 1)
+        nodes, typical, busy = nodes[stalled], typical[stalled], busy[stalled]
+        on_path = on_path[stalled]
+        idle_lo = g.start[nodes] - g.gap[nodes] + busy  # where each stall's idle tail begins
         hs, he = host["start_ns"].to_numpy(), host["end_ns"].to_numpy()
         found = 0
         for members in _clusters(g.start[nodes] - g.gap[nodes], g.start[nodes])[
             : opts["max_findings"]
         ]:
+            if not on_path[members].any():  # other ranks' stalls alone: not this path's pause
+                continue
             members = members[
                 _carrying(g, nodes[members], typical[members], opts["min_rank_share"])
             ]
             n = nodes[members]
-            lo, hi = int((g.start[n] - g.gap[n]).min()), int(g.start[n].max())
-            impact = int(interval_overlap(np.array([lo]), np.array([hi]), hs, he)[0])
-            change = WhatIf.gaps(n, typical[members])
+            lo, hi = int(idle_lo[members].min()), int(g.start[n].max())
+            # the path's host time in the stalls' idle tails (their union: ranks overlap)
+            impact = int(interval_overlap(hs, he, idle_lo[members], g.start[n]).sum())
+            change = WhatIf.gaps(n, np.maximum(typical[members], busy[members]))
             saving = ctx.what_if(change)
             if max(ctx.pct(impact), ctx.pct(saving)) < opts["min_impact_pct"]:
                 continue
+            # A saving far below the stall: the replay says what holds the path instead.
+            why = limit_clause(ctx, change, int(saving), impact)
             found += 1
             ranks = tuple(sorted({int(r) for r in g.rank[n]}))
             layer = _launched_layer(ctx, n)
@@ -82,10 +116,10 @@ class HostBoundGaps(Rule):
                 severity=severity_by_saving(ctx.pct(saving), opts, self.severity),
                 message=(
                     f"The host of rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} stalls "
-                    f"{fmt_ns(int(g.gap[n].max()))} before launching more work{f' ({layer})' if layer else ''} "
+                    f"{fmt_ns(int((g.gap[n] - busy[members]).max()))} before launching more work{f' ({layer})' if layer else ''} "
                     f"while the device idles; the critical path spends {fmt_ns(impact)} on the host there "
                     f"({ctx.pct(impact)}% of the step). With the host's typical delay the step would be "
-                    f"{fmt_ns(saving)} shorter."
+                    f"{fmt_ns(saving)} shorter{why}."
                 ),
                 ranks=ranks,
                 engine="cpu",
@@ -98,8 +132,9 @@ class HostBoundGaps(Rule):
                 suggestion="Find what the launch thread does here (data loading, a sync such as .item(), logging) and move it off the step.",
                 evidence={
                     "stalls": len(n),
-                    "max_stall_ns": int(g.gap[n].max()),
+                    "max_stall_ns": int((g.gap[n] - busy[members]).max()),
                     "typical_ns": int(typical[members].max()),
+                    "device_busy_ns": int(busy[members].sum()),
                 },
             )
         if not found:
@@ -126,6 +161,10 @@ class HostBoundGaps(Rule):
 def _host_stalls(ctx, factor: float) -> tuple[np.ndarray, np.ndarray]:
     """Nodes whose host-side gap (after the previous call on a CPU thread, or from a launch to
     its kernel) exceeds ``factor`` times the typical one, and that typical value for each."""
+    import numpy as np
+
+    from tracediag.graph import dependencies as G
+
     g = ctx.graph
     track_kind = ctx.trace.tracks[S.TRACK_KIND].astype(str).to_numpy()
     tk = np.where(g.track >= 0, track_kind[np.maximum(g.track, 0)], "")
@@ -143,11 +182,71 @@ def _host_stalls(ctx, factor: float) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(nodes), np.concatenate(values)
 
 
+def _launch_tracks(ctx) -> np.ndarray:
+    """Per track (and a trailing False for none): a device track, or a host thread with an
+    event that launches device work (a recorded ``launch`` edge)."""
+    import numpy as np
+
+    kinds = ctx.trace.tracks[S.TRACK_KIND].astype(str).to_numpy()
+    out = np.append(kinds != "cpu_thread", False)
+    ed = ctx.trace.edges
+    src = ed[S.SRC].to_numpy()[(ed[S.EDGE_KIND] == "launch").to_numpy()]
+    out[np.unique(ctx.trace.events[S.TRACK].to_numpy()[src])] = True
+    return out
+
+
+def _device_busy_until(ctx, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per stall [lo, hi] of a rank: until when the host may have waited for its device
+    (clipped to [lo, hi]; ``lo`` where it did not). That is the end of the rank's busy run in
+    progress at ``lo`` or starting within :data:`_QUEUED_START_NS` of it (work queued before
+    the host went quiet; a run that starts later was launched during the stall, the device
+    idling before it), when a thread of the rank wakes within
+    :data:`~tracediag.graph.idle_waits.DEVICE_WAKE_TOLERANCE_NS` of that end: a wait the graph
+    did not bind (too short for the inference to tell from overhead). A host that resumes
+    later was busy, not waiting, while the device drained its queue."""
+    import numpy as np
+
+    from tracediag.graph.idle_waits import DEVICE_WAKE_TOLERANCE_NS, device_busy_runs
+
+    runs = device_busy_runs(ctx.trace)
+    ev = ctx.trace.events
+    on_host = (ctx.trace.tracks[S.TRACK_KIND].astype(str).to_numpy() == "cpu_thread")[
+        ev[S.TRACK].to_numpy()
+    ]
+    ev_rank, ev_ts = ev[S.RANK].to_numpy(), ev[S.TS].to_numpy()
+    out = lo.astype(np.int64, copy=True)
+    for r in np.unique(rank):  # per rank (a few), each one vectorised search
+        on, mine = runs.rank == r, rank == r
+        start, end = runs.start[on], runs.end[on]
+        if not len(start):
+            continue
+        k = np.minimum(np.searchsorted(end, lo[mine], side="right"), len(end) - 1)
+        queued = (end[k] > lo[mine]) & (
+            start[k] <= np.minimum(lo[mine] + _QUEUED_START_NS, hi[mine])
+        )
+        until = np.clip(end[k], lo[mine], hi[mine])
+        # a host event of the rank starting just after the run's end: something woke for it
+        starts = np.sort(ev_ts[on_host & (ev_rank == r)])
+        first = np.searchsorted(starts, until, side="left")
+        woke = first < len(starts)
+        woke[woke] = starts[first[woke]] - until[woke] <= DEVICE_WAKE_TOLERANCE_NS
+        out[mine] = np.where(queued & woke, until, lo[mine])
+    return out
+
+
+#: Work the host queued just before it went quiet starts this soon after (launch latency: 5-20
+#: µs on real CUDA and ROCm traces; more when it waits behind other work, then it belongs to the
+#: busy run already in progress).
+_QUEUED_START_NS = 50_000
+
+
 def _carrying(g, nodes: np.ndarray, typical: np.ndarray, share: float) -> np.ndarray:
     """Mask of the stalls of a cluster on the ranks that carry it: those whose stalls beyond the
     typical delay add up to at least ``share`` of the largest rank's. A rank that sleeps 5 ms
     while the others launch as usual is its own pause, not theirs (their usual launch gaps
     overlap it in time but hold nothing up)."""
+    import numpy as np
+
     rank = g.rank[nodes].astype(np.int64)
     per_rank = np.bincount(rank, weights=np.maximum(g.gap[nodes] - typical, 0))
     return per_rank[rank] >= share * per_rank.max()
@@ -156,6 +255,8 @@ def _carrying(g, nodes: np.ndarray, typical: np.ndarray, share: float) -> np.nda
 def _clusters(lo: np.ndarray, hi: np.ndarray) -> list[np.ndarray]:
     """Stalls whose windows overlap (the same pause seen on several ranks) form one cluster;
     largest total stall first."""
+    import numpy as np
+
     if not len(lo):
         return []
     o = np.argsort(lo, kind="stable")
@@ -165,9 +266,15 @@ def _clusters(lo: np.ndarray, hi: np.ndarray) -> list[np.ndarray]:
     return sorted(groups, key=lambda m: -int((hi[m] - lo[m]).sum()))
 
 
+#: Texts that name nothing: empty, or a null pointer or missing value printed as text.
+_NO_NAME = r"\s*(?:\(null\)|null|none|nil|nan|<null>|\(none\))?\s*"
+
+
 def _launched_layer(ctx, nodes: np.ndarray) -> str:
     """The layer of the device work the stalled calls launch, else of the calls themselves
     (a stream wait launches nothing), else their op, when the trace says."""
+    import pandas as pd
+
     ev = ctx.trace.events
     ed = ctx.trace.edges
     events = ctx.graph.event[nodes]
@@ -176,6 +283,11 @@ def _launched_layer(ctx, nodes: np.ndarray) -> str:
         if col in ev and len(rows):
             vals = S.strings(ev[col])[rows]
             vals = vals[vals != None]  # noqa: E711 (object array of str or None)
+            # A range named "(null)" (an NVTX range pushed with a NULL message, printed by C)
+            # or "" names no layer: the next source is asked instead.
+            vals = vals[
+                ~pd.Series(vals, dtype=object).str.fullmatch(_NO_NAME, case=False).to_numpy(bool)
+            ]
             if len(vals):
                 return str(pd.Series(vals).mode().iloc[0])
     return ""

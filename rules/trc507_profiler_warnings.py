@@ -1,4 +1,4 @@
-"""TRC507: what a Neuron profile says about its own quality, and what the reader left out."""
+"""TRC507: what a profile says about its own quality, and what the reader left out."""
 
 from __future__ import annotations
 
@@ -24,14 +24,17 @@ class ProfilerWarnings(Rule):
         "efficiency per transfer) unavailable on those ranks; a `Metadata.profile_schema_version` "
         "whose major this tool has not seen (it knows 7.x and 12.x), with the fields it looked "
         "for and did not find; profiles of a data path skipped as another job or another "
-        "compiled model (a model is not a rank). One finding per distinct note, with the ranks "
+        "compiled model (a model is not a rank); a Kineto trace that is a sampled subset of "
+        "what the profiler recorded (its operators' `External id`s skip most numbers), whose "
+        "gaps hold missing events. One finding per distinct note, with the ranks "
         "it concerns. (Where the hardware peaks came from, the profile's `Metadata` or the "
         "built-in table, is in the report's ranks, `hardware_peaks`.)",
         "why it matters": "A diagnosis is only as good as the capture: without DGE notifications "
         "no DMA transfer is seen, so a DMA-bound kernel looks compute-bound and no DMA rule can "
         "fire; a renamed field silently empties a column. These notes say what the findings "
         "cannot see, instead of a clean report that reads as a healthy job.",
-        "how to fix": "Recapture with `NEURON_RT_ENABLE_DGE_NOTIFICATIONS=1` (or "
+        "how to fix": "Analyse the profiler's whole trace, not a sampled copy. "
+        "Recapture with `NEURON_RT_ENABLE_DGE_NOTIFICATIONS=1` (or "
         "`--enable-dge-notifs`) for DMA tables; recompile with the current compiler for compiler "
         "metrics; process the capture with a `neuron-explorer` whose schema this tool knows, or "
         "report the missing fields; pass a skipped profile's folder alone to analyse it.",
@@ -62,6 +65,7 @@ _SUGGESTION = {
     "dma tables missing": "Recapture with NEURON_RT_ENABLE_DGE_NOTIFICATIONS=1.",
     "unknown schema version": "Process the capture with a neuron-explorer this tool knows.",
     "profiles skipped": "Pass a skipped profile's folder alone to analyse it.",
+    "sampled trace": "Analyse the whole trace the profiler wrote, not a sampled or filtered copy.",
 }
 
 

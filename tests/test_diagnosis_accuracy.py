@@ -15,6 +15,7 @@ import pytest
 
 from tracediag.engine.diagnose import diagnose
 from tracediag.generator import SCENARIOS, generate
+from tracediag.generator.kernels import KERNEL_SCENARIOS
 from tracediag.loading.loader import load
 from tracediag.model.findings import Severity
 
@@ -32,7 +33,8 @@ SAVING_TOLERANCE = {"dma": 0.15, "collective": 0.15}
 def jobs(tmp_path_factory):
     root = tmp_path_factory.mktemp("jobs")
     out = {}
-    for scenario in SCENARIOS:
+    # The one-core kernel scenarios have their own accuracy tests (test_investigations.py).
+    for scenario in (s for s in SCENARIOS if s not in KERNEL_SCENARIOS):
         generate(scenario, root / scenario, ranks=4, seed=7, formats=FORMATS)
         _strip(root / scenario, keep_waits=True)
         _strip(root / scenario, keep_waits=False)

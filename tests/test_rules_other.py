@@ -71,9 +71,10 @@ def test_hst401_host_stall_is_priced():
     d = diagnose(build(_host_bound(50_000)), Config(select=["HST401"]))
     f = _only(d, "HST401")
     assert f.ranks == (0,)
-    # The stall: from the end of launch 5 (10.5 us) to launch 6 (62 us), all host on the path.
-    assert (f.start_ns, f.end_ns) == (10_500, 62_000)
-    assert f.impact_ns == 51_500
+    # The stall: from the end of launch 5 (10.5 us) to launch 6 (62 us), all host on the path;
+    # the device idles from the end of kernel 5 (11.8 us): 50.2 us of the device waiting.
+    assert (f.start_ns, f.end_ns) == (11_800, 62_000)
+    assert f.impact_ns == 50_200
     assert f.saving_ns == 50_000  # back to the typical 1.5 us between launches
     assert f.evidence["stalls"] == 1
     assert f.severity == Severity.ERROR

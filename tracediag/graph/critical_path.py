@@ -93,8 +93,10 @@ def node_categories(graph: G.Graph, trace: S.Trace) -> tuple[np.ndarray, np.ndar
     gapc = np.full(n, _CAT["gap"], dtype=np.int8)
     code = graph.bind_code
     gapc[code == G.DMA_TRIGGER] = _CAT["dma_wait"]
-    # A thread woken by another thread's work: CPU time from that work's end to its next call.
-    gapc[(code == G.LAUNCH) | (code == G.SYNC_DONE) | (code == G.THREAD_HANDOFF)] = _CAT["host"]
+    # A thread woken by another thread's work or by the device work it waited for: CPU time
+    # from that work's end to its next call.
+    woken = (code == G.THREAD_HANDOFF) | (code == G.DEVICE_WAIT)
+    gapc[(code == G.LAUNCH) | (code == G.SYNC_DONE) | woken] = _CAT["host"]
     gapc[code == G.COLL_START] = _CAT["collective_transfer"]
     po = code == G.PROGRAM_ORDER
     gapc[po & cpu_track[tk_index]] = _CAT["host"]

@@ -1,6 +1,6 @@
 """Waits a GPU trace implies but does not record: idle streams and idle host threads.
 
-Two inferences, each giving edges of its own kind with its evidence (see
+Three inferences, each giving edges of its own kind with its evidence (see
 :data:`EVIDENCE_COLUMNS`):
 
 - ``stream_wait``: a GPU event (kernel, copy, NCCL/RCCL kernel) that starts more than
@@ -15,6 +15,11 @@ Two inferences, each giving edges of its own kind with its evidence (see
   :data:`THREAD_TOLERANCE_NS` after an event of *another thread of the same process* ended
   (the autograd engine's backward thread, a data loader, a communication thread) waited for it.
   Its next runtime call binds to that event.
+- ``device_wait``: a host thread that was silent while the device worked and resumes just after
+  the device's busy run ends, the device then idle until the host gives it more (a synchronous
+  loop: ``jax.block_until_ready``, ``.item()``, a blocking copy or synchronize the profiler did
+  not record as a call), waited for that device work: its next event binds to the run's
+  latest-ending event (see :func:`_device_waits` for the tests and their thresholds).
 
 A wait is explained only by a predecessor that ends within the tolerance of the waiter's start,
 never by one that ends somewhere inside the wait: a recorded predecessor that ends earlier leaves
@@ -25,6 +30,7 @@ recorded one binds anyway and no edge is added).
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -42,9 +48,20 @@ THREAD_TOLERANCE_NS = 500_000
 #: tolerance could not tell a hand-off from an op boundary).
 MIN_THREAD_SILENCE_NS = 2 * THREAD_TOLERANCE_NS
 
+#: A host thread blocked on device work resumes this soon after the work ends: a blocking
+#: synchronize wakes its thread in 30-100 µs on ROCm (MI300X XPlane: the Python thread 32-45 µs
+#: after each GEMM it waited for, the runtime's launch line 57-99 µs), a few µs on CUDA.
+DEVICE_WAKE_TOLERANCE_NS = 100_000
+#: ... and was silent at least this long while the device ran. Shorter pauses are Python's
+#: overhead between ops that a starved GPU's last kernel happens to span: the host-bound
+#: ResNet-50 trace (the host never waits for its GPU; HTA: cpu_bound) has 18 pauses of 30-66 µs
+#: that pass every other test here, none of 100 µs.
+MIN_DEVICE_WAIT_NS = 100_000
+
 #: Edge kinds these inferences add (``EDGE_KIND`` of their edges).
 STREAM_WAIT = "stream_wait"
 THREAD_HANDOFF = "thread_handoff"
+DEVICE_WAIT = "device_wait"
 
 #: Evidence kept with each inferred edge, besides SRC, DST and EDGE_KIND: the rank; the gap from
 #: the source's end to the waiter's start; how long the waiter's resource idled (stream: from
@@ -59,16 +76,18 @@ _PID = re.compile(r"^cpu (.+?)/")  # Kineto's host track label: "cpu {pid}/{tid}
 
 
 def idle_wait_edges(trace: S.Trace, recorded: tuple | None = None) -> pd.DataFrame:
-    """Inferred ``stream_wait`` and ``thread_handoff`` edges with their evidence (columns
-    SRC, DST, EDGE_KIND and :data:`EVIDENCE_COLUMNS`); empty without GPU streams or threads.
-    ``recorded``: :func:`recorded_predecessors` of the trace when the caller has it."""
+    """Inferred ``stream_wait``, ``thread_handoff`` and ``device_wait`` edges with their evidence
+    (columns SRC, DST, EDGE_KIND and :data:`EVIDENCE_COLUMNS`); empty without GPU streams or
+    threads. ``recorded``: :func:`recorded_predecessors` of the trace when the caller has it."""
     ev = trace.events
     if not len(ev):
         return empty_evidence_frame()
     pred_end, pred_ev, synced = recorded or recorded_predecessors(trace)
+    silences = _silences(trace, min(MIN_THREAD_SILENCE_NS, MIN_DEVICE_WAIT_NS))
     parts = [
         _stream_waits(trace, pred_end, pred_ev, synced),
-        _thread_handoffs(trace, pred_end, pred_ev),
+        _thread_handoffs(trace, pred_end, pred_ev, silences),
+        _device_waits(trace, pred_end, pred_ev, silences),
     ]
     return pd.concat(parts, ignore_index=True)
 
@@ -151,7 +170,50 @@ def _stream_waits(trace, pred_end, pred_ev, synced) -> pd.DataFrame:
     )
 
 
-def _thread_handoffs(trace, pred_end, pred_ev) -> pd.DataFrame:
+def _thread_handoffs(trace, pred_end, pred_ev, silences=None) -> pd.DataFrame:
+    sil = silences if silences is not None else _silences(trace, MIN_THREAD_SILENCE_NS)
+    if sil is None:
+        return empty_evidence_frame()
+    ev = trace.events
+    ts = ev[S.TS].to_numpy()
+    end = ts + ev[S.DUR].to_numpy()
+    long = sil.hi - sil.lo >= MIN_THREAD_SILENCE_NS
+    w, s_lo, s_hi = sil.waiter[long], sil.lo[long], sil.hi[long]
+    edges = _bind(
+        THREAD_HANDOFF,
+        ev,
+        sil.group,
+        sil.graph_on,
+        end,
+        w,
+        s_hi,
+        pred_end,
+        pred_ev,
+        THREAD_TOLERANCE_NS,
+        idle=s_hi - s_lo,
+        floor=s_lo,
+    )
+    # Several silences before one waiter: the latest resume binds it.
+    return edges.drop_duplicates(S.DST, keep="last").reset_index(drop=True)
+
+
+class _Silences:
+    """Host threads' silences that end at a graph event: per silence its start ``lo``, its end
+    ``hi`` (the resume), the waiter (the thread's next graph event), and the thread's process
+    group; ``group`` (per event) and ``graph_on`` (the host graph events) for the binding."""
+
+    def __init__(self, lo, hi, waiter, rank, waiter_group, group, graph_on):
+        self.lo, self.hi, self.waiter, self.rank = lo, hi, waiter, rank
+        self.waiter_group, self.group, self.graph_on = waiter_group, group, graph_on
+
+
+def _silences(trace: S.Trace, min_ns: int) -> _Silences | None:
+    """The silences of at least ``min_ns`` on host threads (None without host graph events).
+
+    A silence is a gap between consecutive instants (starts and ends of every event,
+    annotations included) of one thread; a thread's first instant ends one too (it was idle
+    since the trace began: the autograd thread's first backward). A graph event that spans the
+    silence (a blocking call) means the thread was busy, not idle: no silence there."""
     ev = trace.events
     ts = ev[S.TS].to_numpy()
     end = ts + ev[S.DUR].to_numpy()
@@ -159,30 +221,25 @@ def _thread_handoffs(trace, pred_end, pred_ev) -> pd.DataFrame:
     tracks = trace.tracks
     is_thread = (S.strings(tracks[S.TRACK_KIND]) == "cpu_thread")[track]
     if not is_thread.any():
-        return empty_evidence_frame()
+        return None
     rt = _rank_track(ev)
-    # Silences: gaps between consecutive instants (starts and ends of every event, annotations
-    # included) on one thread, at least MIN_THREAD_SILENCE_NS long.
     on = np.flatnonzero(is_thread)
     inst_rt = np.r_[rt[on], rt[on]]
     inst_t = np.r_[ts[on], end[on]]
     o = stable_order_by(inst_rt, inst_t)
     inst_rt, inst_t = inst_rt[o], inst_t[o]
     same = inst_rt[1:] == inst_rt[:-1]
-    silent = np.flatnonzero(same & (np.diff(inst_t) >= MIN_THREAD_SILENCE_NS))
+    silent = np.flatnonzero(same & (np.diff(inst_t) >= min_ns))
     graph_on = on[ev[S.KIND].isin(_GRAPH_KINDS).to_numpy()[on]]
     if not len(graph_on):
-        return empty_evidence_frame()
-    # A thread's first instant ends a silence too: it was idle since the trace began (the
-    # autograd thread's first backward).
+        return None
     first = np.flatnonzero(np.r_[True, ~same])
     s_rt = np.r_[inst_rt[silent], inst_rt[first]]
     s_lo = np.r_[inst_t[silent], np.full(len(first), int(ts.min()) - MIN_THREAD_SILENCE_NS)]
     s_hi = np.r_[inst_t[silent + 1], inst_t[first]]
     o = stable_order_by(s_rt, s_hi)
     s_rt, s_lo, s_hi = s_rt[o], s_lo[o], s_hi[o]
-    # The thread's next graph event after each silence: the waiter. A graph event that spans
-    # the silence (a blocking call) means the thread was busy, not idle.
+    # The thread's next graph event after each silence: the waiter.
     g = graph_on[stable_order_by(rt[graph_on], ts[graph_on])]
     g_key_rt, g_ts = rt[g], ts[g]
     k = _search_pairs(g_key_rt, g_ts, s_rt, s_hi, side="left")
@@ -199,29 +256,123 @@ def _thread_handoffs(trace, pred_end, pred_ev) -> pd.DataFrame:
     pid = np.array([_process(str(name)) for name in S.strings(tracks[S.TRACK_NAME])], dtype=object)
     pid_code = pd.factorize(pid)[0]
     group = _group_key(ev[S.RANK].to_numpy(), pid_code[track])
-    cand = graph_on
-    edges = _bind(
-        THREAD_HANDOFF,
-        ev,
-        group,
-        cand,
-        end,
-        w,
-        s_hi,
-        pred_end,
-        pred_ev,
-        THREAD_TOLERANCE_NS,
-        idle=s_hi - s_lo,
-        floor=s_lo,
+    rank = ev[S.RANK].to_numpy()[w]
+    return _Silences(s_lo, s_hi, w, rank, group[w], group, graph_on)
+
+
+class BusyRuns(NamedTuple):
+    """The busy runs of each rank's devices, sorted by (rank, start): per run its rank, start,
+    end, latest-ending event and the event ending just before that one (-1: a run of one)."""
+
+    rank: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    event: np.ndarray
+    runner_up: np.ndarray
+
+
+def device_busy_runs(trace: S.Trace) -> BusyRuns:
+    """The union of each rank's device work (compute, DMA and collective events on any track
+    but a host thread's) as runs: a run goes on while the next event starts before everything
+    started so far has ended."""
+    ev = trace.events
+    ts = ev[S.TS].to_numpy()
+    end = ts + ev[S.DUR].to_numpy()
+    on_device = (S.strings(trace.tracks[S.TRACK_KIND]) != "cpu_thread")[ev[S.TRACK].to_numpy()]
+    work = np.flatnonzero(on_device & ev[S.KIND].isin(_DEVICE_WORK).to_numpy())
+    rank = ev[S.RANK].to_numpy()
+    work = work[stable_order_by(rank[work], ts[work])]
+    w_rank, w_ts, w_end = rank[work].astype(np.int64), ts[work], end[work]
+    reach = pd.Series(w_end).groupby(w_rank).cummax().to_numpy()
+    new = np.r_[True, (w_rank[1:] != w_rank[:-1]) | (w_ts[1:] > reach[:-1])][: len(work)]
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:] - 1, len(work) - 1][: len(first)]
+    # A run's events keep their positions when sorted by (run, end).
+    by_end = np.lexsort((w_end, np.cumsum(new) - 1))
+    return BusyRuns(
+        w_rank[first],
+        w_ts[first],
+        reach[last],
+        work[by_end[last]],
+        np.where(last > first, work[by_end[np.maximum(last - 1, 0)]], -1),
     )
-    # Several silences before one waiter: the latest resume binds it.
+
+
+def _device_waits(trace, pred_end, pred_ev, silences) -> pd.DataFrame:
+    """``device_wait`` edges: host threads resuming when the device work they waited for ends.
+
+    The device work of a rank forms busy runs (the union of its events on every device track).
+    A thread *woke* for a run when, silent at least :data:`MIN_DEVICE_WAIT_NS` while the run
+    went on, it resumed within :data:`DEVICE_WAKE_TOLERANCE_NS` of the run's end with the
+    devices idle in between (nothing else was queued: the device then waited for the host).
+    Every thread of that process silent at least as long while the run went on waited for it
+    too, when it resumes within :data:`THREAD_TOLERANCE_NS` of the run's end (the woken thread
+    hands it work, as a Python thread does to the runtime's launch line). Each such thread's
+    next event binds to the run's latest-ending event; the gap is host time (the wake-up and
+    the CPU work after it)."""
+    if silences is None:
+        return empty_evidence_frame()
+    runs = device_busy_runs(trace)
+    if not len(runs.start):
+        return empty_evidence_frame()
+    ev = trace.events
+    ts = ev[S.TS].to_numpy()
+    end = ts + ev[S.DUR].to_numpy()
+    rank = ev[S.RANK].to_numpy()
+    run_rank, run_start, run_end = runs.rank, runs.start, runs.end
+    run_event, runner = runs.event, runs.runner_up
+    # Per silence: the last run of its rank that ended at or before the resume. The thread
+    # woke for it when it was silent while the run went on, resumed right after its end, and
+    # nothing ran on the rank's devices in between.
+    sil = silences
+    s_rank = sil.rank.astype(np.int64)
+    # The run ends inside the silence (the thread stays silent until it ends); the waiter, the
+    # thread's next graph event, starts within the tolerance of its end.
+    at = ts[sil.waiter]
+    k = _search_pairs(run_rank, run_end, s_rank, sil.hi, side="right") - 1
+    kc = np.maximum(k, 0)
+    nxt = np.minimum(kc + 1, len(run_end) - 1)
+    idle_after = (kc + 1 >= len(run_end)) | (run_rank[nxt] != s_rank) | (run_start[nxt] >= at)
+    woke = (k >= 0) & (run_rank[kc] == s_rank) & idle_after
+    woke &= run_end[kc] - np.maximum(run_start[kc], sil.lo) >= MIN_DEVICE_WAIT_NS
+    woke &= at - run_end[kc] <= DEVICE_WAKE_TOLERANCE_NS
+    # The runs each process woke for, by (process, end). Every thread of the process silent
+    # while such a run went on waited for it too when it resumes within a hand-off's latency of
+    # the run's end (the woken thread hands it work: after its own device work is launched).
+    wg, wr = np.unique(np.c_[sil.waiter_group[woke], kc[woke]], axis=0).T.reshape(2, -1)
+    o = stable_order_by(wg, run_end[wr])
+    wg, wr = wg[o], wr[o]
+    j = _search_pairs(wg, run_end[wr], sil.waiter_group, sil.hi, side="right") - 1
+    jc = np.maximum(j, 0)
+    ok = (j >= 0) & (wg[jc] == sil.waiter_group) if len(wg) else np.zeros(len(j), bool)
+    run = wr[jc] if len(wr) else np.zeros(len(j), np.int64)
+    waited = run_end[run] - np.maximum(run_start[run], sil.lo)
+    ok &= (waited >= MIN_DEVICE_WAIT_NS) & (at - run_end[run] <= THREAD_TOLERANCE_NS)
+    src = run_event[run]
+    w = sil.waiter
+    ok &= (end[src] > pred_end[w]) & (ts[src] <= ts[w])
+    s, w = src[ok], w[ok]
+    r = runner[run][ok]
+    edges = _frame(
+        s,
+        w,
+        rank[w],
+        ts[w] - end[s],
+        waited[ok],
+        pred_ev[w],
+        r,
+        np.where(r >= 0, end[np.maximum(r, 0)], -1),
+        kind=DEVICE_WAIT,
+    )
     return edges.drop_duplicates(S.DST, keep="last").reset_index(drop=True)
 
 
 def _process(label: str) -> str:
-    """The process of a host track from its label (the whole label when it names none)."""
+    """The process of a host track from its label; a label that names none is a thread of the
+    rank's one process (an XPlane host plane's lines: the runtime API calls of a thread and the
+    Python thread's own line are one process)."""
     m = _PID.match(label)
-    return m.group(1) if m else label
+    return m.group(1) if m else ""
 
 
 def _group_key(rank: np.ndarray, sub: np.ndarray) -> np.ndarray:

@@ -9,8 +9,9 @@
   semaphore is released by the last producer it counts, and the waiter issues right after.
   Legacy JSON profiles (no edges into collectives) and Parquet profiles without a Flow table need
   this for the critical path to cross engines.
-- ``stream_wait`` and ``thread_handoff`` (:mod:`tracediag.graph.idle_waits`): GPU streams that
-  idle until another stream's work ends, host threads that resume when another thread's work ends.
+- ``stream_wait``, ``thread_handoff`` and ``device_wait`` (:mod:`tracediag.graph.idle_waits`):
+  GPU streams that idle until another stream's work ends, host threads that resume when another
+  thread's work ends, host threads that resume when the device work they waited for ends.
 
 A stall is explained only by a recorded predecessor that ends within the tolerance of the
 waiter's start, not by one that ends anywhere inside the stall.
@@ -22,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from tracediag.graph.idle_waits import (
+    DEVICE_WAIT,
     EVIDENCE_COLUMNS,
     STREAM_WAIT,
     THREAD_HANDOFF,
@@ -35,12 +37,13 @@ from tracediag.model import schema as S
 TOLERANCE_NS = 100
 
 #: The kinds of inferred edges, in the order of their categorical codes.
-INFERRED_EDGE_KINDS = ("dependency", STREAM_WAIT, THREAD_HANDOFF)
+INFERRED_EDGE_KINDS = ("dependency", STREAM_WAIT, THREAD_HANDOFF, DEVICE_WAIT)
 #: Each kind's inference, as the evidence names it.
 INFERENCE_OF_KIND = {
     "dependency": "semaphore_wait",
     STREAM_WAIT: "cross_stream_wait",
     THREAD_HANDOFF: "cross_thread_handoff",
+    DEVICE_WAIT: "device_to_host_wait",
 }
 
 
