@@ -26,6 +26,7 @@ from tracediag.parsers.chrome_decode import paused_gc
 from tracediag.parsers.chrome_events import flow_edges, tabulate
 from tracediag.parsers.chrome_stream import read_columns
 from tracediag.parsers.kineto_collectives import collective_rows
+from tracediag.parsers.kineto_source import add_source_lines
 from tracediag.parsers.kineto_sync import sync_edges
 
 FORMAT = "chrome-json"
@@ -107,6 +108,7 @@ def _read(path: Path) -> list[RankPart]:
         ignore_index=True,
     )
     events = _events_frame(slices, rows, kind, op_row, step, layer, table.thread_names)
+    add_source_lines(events, rows, launcher, op_row)  # with_stack frames: kineto_source
     part = RankPart(meta=meta, events=events, edges=edges, collectives=collectives)
     del table, slices, rows, args
     release_free_memory()  # the reader's temporaries, before the job is assembled from the part

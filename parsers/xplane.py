@@ -42,6 +42,7 @@ from tracediag.parsers.perfetto_stream import FramingError, scan_records
 from tracediag.parsers.protos.xplane_pb2 import XPlane, XSpace
 from tracediag.parsers.xplane_events import plane_table
 from tracediag.parsers.xplane_part import DEVICE_PLANE, device_part, host_frame, host_owners
+from tracediag.parsers.xplane_source import fill_sources, hlo_sources
 
 FORMAT = "xplane"
 
@@ -119,6 +120,7 @@ def _read_file(path: Path, first_rank: int) -> list[RankPart]:
     space = _space(path)
     counts: dict[str, int] = {}
     shift = _time_shift(space)
+    sources = hlo_sources(space)  # source lines of the HLO ops (xplane_source)
     devices: dict[int, list] = {}
     hosts, idle = [], []
     for plane in space.planes:  # a loop over planes
@@ -128,6 +130,7 @@ def _read_file(path: Path, first_rank: int) -> list[RankPart]:
                 idle.append(plane.name)  # profiled but ran nothing: not a rank
             continue
         table, own = plane_table(plane, shift, counts)
+        fill_sources(table, sources)
         if match:
             devices.setdefault(int(match.group(2)), []).append((plane, table, own))
         else:
