@@ -6,6 +6,7 @@ output name says, and the listing options (``rules --format json``, ``rule --all
 from __future__ import annotations
 
 import gzip
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -16,6 +17,7 @@ import pytest
 
 from tests import gate_runs
 from tracediag.engine.config import KNOWN_KEYS
+from tracediag.model.units import fmt_ns
 from tracediag.parsers import perfetto
 
 cli = gate_runs.cli  # cli(*argv) -> (exit code, stdout, stderr) in an empty directory
@@ -238,7 +240,7 @@ def test_check_writes_the_html_report_with_its_gate(cli, tmp_path):
     gate = page[page.index("<h2>Gate</h2>") :]
     assert gate.startswith('<h2>Gate</h2><p class="fail">check failed: 1 finding at or above '
                            "error</p><ul><li>")  # fmt: skip
-    assert "COL201 Straggler rank: others wait for it at collectives (fails the gate" in gate
+    assert "COL201 Straggler rank: others wait for it at collectives [rank 1] (fails the gate" in gate
     # the same pictures as report's page (they need the diagnosis, not only the report)
     assert cli("report", STRAGGLER, "--format", "html", "-o", "r.html", "-q")[0] == 0
     report_page = (tmp_path / "r.html").read_text()
@@ -391,3 +393,92 @@ def test_show_settings_without_a_config_file(cli, no_load):
     assert lines[0] == "# config file: none found (defaults)"
     assert any(line.startswith("layout = none (inferred from the collectives)") for line in lines)
     assert all(line.endswith("# default") for line in lines[1:] if not line.startswith("#"))
+
+
+# ---- review 20: totals, diff and baseline lines on the real 4-rank gloo jobs -----------------
+
+GLOO_JOBS = ROOT / "tests" / "data" / "real_gloo"
+
+
+def _gloo_truth(name: str) -> dict:
+    return orjson.loads((GLOO_JOBS / name / "truth.json").read_bytes())
+
+
+def test_saving_budget_is_the_reports_joint_total_not_the_sum_of_overlapping_savings(cli, tmp_path):
+    """straggler_compute: COL201 (error) and COL202 (info) name the same AllReduce waits on
+    rank 1. The report totals them by one replay of the findings at warning or above; the
+    budget must gate that figure, not their sum."""
+    code, out, _ = cli("report", GLOO_JOBS / "straggler_compute", "--format", "json", "-q")
+    assert code == 0
+    report = orjson.loads(out)
+    savings = {f["code"]: f["saving_ns"] for f in report["findings"]}
+    assert set(savings) == {"COL201", "COL202"} and savings["COL202"] > 0
+    joint = report["summary"]["total_saving_ns_joint"]
+    assert joint == savings["COL201"]  # the one finding at warning or above
+    limit_ms = (joint + savings["COL202"] / 2) / 1e6  # above the joint total, below the sum
+    (tmp_path / "tracediag.toml").write_text(f"[budgets]\nmax-saving-upper-bound-ms = {limit_ms}\n")
+    code, out, _ = cli("check", GLOO_JOBS / "straggler_compute", "--exit-zero", "-q")
+    assert code == 0
+    (line,) = [x for x in out.splitlines() if "max-saving-upper-bound-ms" in x]
+    assert line.strip().startswith("ok ")
+    assert f"is {fmt_ns(joint)}" in line and "fixed together (one replay)" in line
+    text_total = [x for x in out.splitlines() if x.startswith("Fixing the finding")]
+    assert text_total == [
+        f"Fixing the finding at warning or above: {fmt_ns(joint)} shorter (by replay)."
+    ]
+
+
+def test_diff_of_host_only_traces_names_no_rank_by_step_time(cli):
+    """Without a per-rank device breakdown every rank's step grows when rank 1 straggles, and
+    rank 3 (the fastest in the clean run) grew most: naming it contradicts COL201 and the truth."""
+    assert _gloo_truth("straggler_compute")["delayed_rank"] == 1
+    code, out, _ = cli(
+        "diff", GLOO_JOBS / "clean", GLOO_JOBS / "straggler_compute", "--format", "json", "-q"
+    )
+    assert code == 0
+    data = orjson.loads(out)
+    assert data["slower_rank"] is None
+    assert data["notes"][0].startswith("no rank is named slower: the ranks have no compute/memory")
+    assert [(f["code"], f["ranks"]) for f in data["findings"]["added"]] == [("COL201", [1])]
+    text = cli("diff", GLOO_JOBS / "clean", GLOO_JOBS / "straggler_compute", "-q")[1]
+    assert "own work (grew most)" not in text and "\nnote: no rank is named slower" in text
+
+
+def test_diff_shows_a_finding_whose_severity_changed(cli):
+    """straggler_sleep: rank 2 sleeps before each forward (truth.json). Its COL201 is info in
+    the clean run and error here: one fingerprint, so it was in neither 'added' nor 'removed'."""
+    rank = _gloo_truth("straggler_sleep")["delayed_rank"]
+    code, out, _ = cli(
+        "diff", GLOO_JOBS / "clean", GLOO_JOBS / "straggler_sleep", "--format", "json", "-q"
+    )
+    assert code == 0
+    found = orjson.loads(out)["findings"]
+    (changed,) = found["changed"]
+    assert (changed["code"], changed["ranks"]) == ("COL201", [rank])
+    assert (changed["a_severity"], changed["severity"]) == ("info", "error")
+    assert changed["saving_ns"] > 10 * changed["a_saving_ns"] > 0
+    assert "COL201" not in [f["code"] for f in found["added"]]
+    text = cli("diff", GLOO_JOBS / "clean", GLOO_JOBS / "straggler_sleep", "-q")[1]
+    row = re.search(rf"\n  changed +COL201 +info -> error +{rank} .*", text)
+    assert row and f"{fmt_ns(changed['a_saving_ns'])} -> {fmt_ns(changed['saving_ns'])}" in row[0]
+    assert "(1 at another severity)" in text
+
+
+def test_baseline_gate_lines_name_the_rank_of_new_and_fixed_findings(cli, tmp_path):
+    """A baseline holding straggler_sleep (COL201 on rank 2) against straggler_compute (COL201
+    on rank 1): one COL201 is new and one fixed; the lines must say which rank is which."""
+    code, _, _ = cli("baseline", GLOO_JOBS / "straggler_sleep", "-o", "base.json", "-q")
+    assert code == 0
+    code, out, _ = cli("check", GLOO_JOBS / "straggler_compute", "--baseline", "base.json", "-q")
+    assert code == 1
+    sleep, compute = (
+        _gloo_truth(n)["delayed_rank"] for n in ("straggler_sleep", "straggler_compute")
+    )
+    gate = out[out.index("\nGate: ") :]
+    assert (
+        f"x new COL201 Straggler rank: others wait for it at collectives [rank {compute}]" in gate
+    )
+    assert (
+        f"- fixed since the baseline: COL201 Straggler rank: others wait for it at collectives [rank {sleep}]"
+        in gate
+    )

@@ -6,7 +6,8 @@ operators come with Welch's t-test from their summary statistics and Benjamini-H
 q-values over each table (many operators are compared at once); step time (the typical step,
 as ``ci.metrics`` reads it: the median step of a trace of several) is tested over the ranks'
 step times. Findings are matched by fingerprint (added in B, gone from A), and the
-rank whose step time grew most is named.
+rank whose own work (compute and memory) grew most is named; without a per-rank breakdown
+none is, and a note says why.
 """
 
 from __future__ import annotations
@@ -58,13 +59,22 @@ WORK_SHARES = ("compute", "memory")
 RANK_GROWTH_PCT = 1.0
 
 
-def _work_ns(rank: dict) -> float:
-    """A rank's own work in its step (ns): its compute and memory shares, or the whole step
-    when the report has no breakdown."""
+def _work_ns(rank: dict) -> float | None:
+    """A rank's own work in its step (ns): its compute and memory shares; None when the report
+    has no breakdown (host-only traces), since its step time alone cannot tell a straggler
+    from the ranks that wait for it."""
     pct = rank.get("breakdown_pct") or {}
     if not pct:
-        return float(rank["step_time_ns"])
+        return None
     return rank["step_time_ns"] * sum(pct.get(k, 0.0) for k in WORK_SHARES) / 100.0
+
+
+#: Said when neither run gives a rank's own work, so no rank can be named slower.
+NO_BREAKDOWN_NOTE = (
+    "no rank is named slower: the ranks have no compute/memory breakdown (no device events), "
+    "and every rank's step time grows alike when one straggles; B's COL201 findings name "
+    "the rank the others wait for"
+)
 
 
 def _slower_rank(a: dict, b: dict) -> dict | None:
@@ -73,6 +83,7 @@ def _slower_rank(a: dict, b: dict) -> dict | None:
     grows alike when one straggles (the others wait for it), so step time cannot name it."""
     in_a = {r["rank"]: r for r in a["ranks"] if "rank" in r}
     pairs = [(in_a[r["rank"]], r) for r in b["ranks"] if r.get("rank") in in_a]
+    pairs = [(ra, rb) for ra, rb in pairs if _work_ns(ra) is not None and _work_ns(rb) is not None]
     if not pairs:
         return None
     growth = [_work_ns(rb) - _work_ns(ra) for ra, rb in pairs]
@@ -93,7 +104,10 @@ def _slower_rank(a: dict, b: dict) -> dict | None:
 
 
 def _findings(a: dict, b: dict) -> dict:
-    """Findings of B not in A (``added``) and of A not in B (``removed``), by fingerprint."""
+    """Findings of B not in A (``added``), of A not in B (``removed``), by fingerprint; of the
+    ``unchanged`` ones in both, those whose severity differs are ``changed`` (B's figures, with
+    A's severity and saving as ``a_severity`` and ``a_saving_ns``): a straggler that grows from
+    info to error keeps its fingerprint, and must not vanish from the diff."""
 
     def keyed(report):
         found = report.get("findings", [])
@@ -108,6 +122,15 @@ def _findings(a: dict, b: dict) -> dict:
     return {
         "added": [row(fp, f) for fp, f in fb.items() if fp not in fa],
         "removed": [row(fp, f) for fp, f in fa.items() if fp not in fb],
+        "changed": [
+            {
+                **row(fp, f),
+                "a_severity": fa[fp].get("severity"),
+                "a_saving_ns": fa[fp].get("saving_ns"),
+            }
+            for fp, f in fb.items()
+            if fp in fa and fa[fp].get("severity") != f.get("severity")
+        ],
         "unchanged": sum(fp in fa for fp in fb),
     }
 
@@ -187,7 +210,8 @@ def _table(rows_a: list[dict], rows_b: list[dict], key: str, top: int | None) ->
 
 
 def diff_reports(a: dict, b: dict, *, top: int | None = 20) -> dict:
-    """B against A: ``step``, ``slower_rank``, ``categories``, ``findings`` (added, removed),
+    """B against A: ``step``, ``slower_rank``, ``categories``, ``findings`` (added, removed,
+    changed),
     ``layers`` and ``ops`` (largest total change first, ``top`` rows each, every row with A, B,
     the change and its significance) and ``notes`` (tables with too few samples for a small q;
     layers have one sample per rank)."""
@@ -195,13 +219,16 @@ def diff_reports(a: dict, b: dict, *, top: int | None = 20) -> dict:
     layers = _table(da.get("by_layer", []), db.get("by_layer", []), "layer", None)
     ops = _table(da.get("by_op", []), db.get("by_op", []), "op", None)
     notes = [_power_note(layers, "layers (one sample per rank)"), _power_note(ops, "operators")]
+    slower = _slower_rank(a, b)
+    if slower is None and not any(r.get("breakdown_pct") for r in [*a["ranks"], *b["ranks"]]):
+        notes.insert(0, NO_BREAKDOWN_NOTE)
     return {
         "kind": "diff",
         "a": [i["path"] for i in a.get("inputs", [])],
         "b": [i["path"] for i in b.get("inputs", [])],
         "alpha": ALPHA,
         "step": _step_row(a, b),
-        "slower_rank": _slower_rank(a, b),
+        "slower_rank": slower,
         "categories": _categories(a, b),
         "findings": _findings(a, b),
         "layers": layers[:top] if top else layers,

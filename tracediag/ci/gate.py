@@ -55,6 +55,7 @@ def evaluate_gate(
                     "kind": "finding" if new is None else "new-finding",
                     "id": f["code"],
                     "fingerprint": fp,
+                    "ranks": list(f.get("ranks") or []),
                     "title": f"{f['code']} {f['title']}",
                     "message": f["message"],
                 }

@@ -64,7 +64,11 @@ CATALOG: dict[str, Metric] = {
         Metric("findings-error", "findings of severity error", "count"),
         Metric("findings-warning", "findings of severity warning", "count"),
         Metric("findings-info", "findings of severity info", "count"),
-        Metric("saving-upper-bound-ns", "sum of the findings' what-if savings", "ns"),
+        Metric(
+            "saving-upper-bound-ns",
+            "what-if saving of the findings at warning or above, fixed together (one replay)",
+            "ns",
+        ),
     ]
 }
 
@@ -106,8 +110,18 @@ def report_metrics(report: dict) -> dict[str, float]:
     summary = report["summary"]
     for sev in ("error", "warning", "info"):
         out[f"findings-{sev}"] = float(summary.get(sev, 0))
-    out["saving-upper-bound-ns"] = float(summary.get("total_saving_ns_upper_bound", 0))
+    out["saving-upper-bound-ns"] = float(_joint_saving_ns(summary))
     return out
+
+
+def _joint_saving_ns(summary: dict) -> int:
+    """The report's total saving as the report states it: one replay of the changes of every
+    finding at warning or above (``total_saving_ns_joint``; 0 when there is none). Adding the
+    findings' savings would count a stall two rules name twice. A report saved before the
+    joint replay existed gives its sum of savings, the only total it has."""
+    if "joint_findings" not in summary:
+        return summary.get("total_saving_ns_upper_bound", 0)
+    return summary.get("total_saving_ns_joint") or 0
 
 
 def resolve_metric(name: str) -> tuple[Metric, float]:

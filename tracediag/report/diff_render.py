@@ -74,9 +74,16 @@ def _tables(result: dict) -> list[tuple[str, list[str], list[list[str]]]]:
         for status, key in (("added", "added"), ("removed", "removed"))
         for f in found.get(key, [])
     ]  # fmt: skip
+    # in both runs, at another severity: B's figures, A's before the arrow
+    changed += [
+        ["changed", f["code"], f"{f['a_severity']} -> {f['severity']}",
+         ", ".join(map(str, f["ranks"] or [])) or "-", f["layer"] or "-", f["op"] or "-",
+         f"{_ns(f['a_saving_ns'])} -> {_ns(f['saving_ns'])}", f["title"] or ""]
+        for f in found.get("changed", [])
+    ]  # fmt: skip
     if changed:
         header = ["finding", "code", "severity", "ranks", "layer", "op", "saving", "title"]
-        tables.append(("Findings added in B, removed from A", header, changed))
+        tables.append(("Findings added in B, removed from A, changed", header, changed))
     for key, title in (
         ("layers", "Layers (mean per rank)"),
         ("ops", "Operators (mean per instance)"),
@@ -121,9 +128,11 @@ def render_diff_text(result: dict) -> str:
 def _findings_summary(result: dict) -> str:
     """One line: how many findings B added, A lost and both share (matched by fingerprint)."""
     f = result.get("findings", {})
+    changed = len(f.get("changed", []))
     return (
         f"findings (by fingerprint): {len(f.get('added', []))} added in B, "
         f"{len(f.get('removed', []))} removed from A, {f.get('unchanged', 0)} in both"
+        + (f" ({changed} at another severity)" if changed else "")
     )
 
 

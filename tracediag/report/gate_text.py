@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tracediag.ci.gate import regression_message, verdict_line
-from tracediag.model.wording import plural
+from tracediag.model.wording import plural, ranks_label
 
 
 def gate_lines(gate: dict) -> list[tuple[str, str]]:
@@ -12,7 +12,8 @@ def gate_lines(gate: dict) -> list[tuple[str, str]]:
     for f in gate["failures"]:
         if f["kind"] in ("finding", "new-finding"):
             word = "new " if f["kind"] == "new-finding" else ""
-            out.append(("x", f"{word}{f['title']} (fails the gate; see the finding above)"))
+            scope = _scope(f)
+            out.append(("x", f"{word}{f['title']}{scope} (fails the gate; see the finding above)"))
     for b in gate["budgets"]:
         out.append(("ok" if b["passed"] else "x", b["message"]))
     comparison = gate["baseline"]
@@ -21,10 +22,16 @@ def gate_lines(gate: dict) -> list[tuple[str, str]]:
             if row["status"] != "unchanged":
                 out.append(("x" if row["status"] == "regression" else "-", regression_message(row)))
         for f in comparison["fixed_findings"]:
-            out.append(
-                ("-", f"fixed since the baseline: {f.get('code', '?')} {f.get('title', '')}")
-            )
+            title = f"{f.get('code', '?')} {f.get('title', '')}".rstrip()
+            out.append(("-", f"fixed since the baseline: {title}{_scope(f)}"))
     return out
+
+
+def _scope(finding: dict) -> str:
+    """`` [rank 1]`` for a finding that names ranks, else ``""``: a code can be new on one rank
+    and fixed on another, and the two lines must say which is which."""
+    ranks = finding.get("ranks")
+    return f" [{ranks_label(ranks)}]" if ranks else ""
 
 
 def baseline_summary(comparison: dict) -> str:
