@@ -98,7 +98,17 @@ class ExposedCommunication(Rule):
             hwp = ctx.hardware.get(int(rank))
             link = hwp.link_bw if hwp is not None else float("nan")
             severity = severity_by_saving(ctx.pct(saving), opts, self.severity)
-            if group > n:
+            if not group and n == 1:
+                # A collective with one participant in the inputs and no group or world size in
+                # the trace: the others are unknown, so is how much of this is waiting for them.
+                busbw, bw_txt = float("nan"), ""
+                severity = min(severity, Severity.INFO)
+                partial = (
+                    " The trace names neither the collective's group nor the job's world size and "
+                    "no other participant is in the inputs: this time may be waiting for them, "
+                    "which overlap would not remove."
+                )
+            elif group > n:
                 # Participants missing from the inputs: their arrival is unknown, so this time
                 # may be waiting for them (skew), not transfer; no bus bandwidth either.
                 busbw, bw_txt = float("nan"), ""

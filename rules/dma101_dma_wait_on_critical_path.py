@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 from tracediag.engine.rule import Rule, severity_by_saving
 from tracediag.model.findings import Severity
-from tracediag.model.units import fmt_bw, fmt_ns
-from tracediag.model.wording import dma_source, engine_label, typical_pace
+from tracediag.model.units import fmt_bw, fmt_bytes, fmt_ns
+from tracediag.model.wording import dma_source, engine_label, plural, typical_pace
 
 if TYPE_CHECKING:
     import numpy as np
@@ -80,9 +80,21 @@ class DmaWaitOnCriticalPath(Rule):
                 usual_wait = dma_whatif.typical_trigger_wait(ctx)
             rows = _cause_rows(ctx, int(rank), queue, layer, grp)
             rows = rows[(rows["direction"] == direction).to_numpy()]
+            # GPU copies below the size that sets the typical pace are latency-bound: each is
+            # its own call with a fixed cost, a few hundred bytes never move at the stream's
+            # typical bandwidth, and coalescing them is DMA102's fix. Restored here they would
+            # claim its saving at a pace they cannot reach. (A DMA queue's small descriptors
+            # are packets of one transfer and keep the queue's pace.)
+            tiny = (rows["bytes"] < opts["min_bytes_typical"]).to_numpy() & (direction != QUEUE)
+            all_tiny = bool(len(rows)) and bool(tiny.all())
+            left_out = 0 if all_tiny else int(tiny.sum())
+            if left_out:
+                rows = rows[~tiny]
             typ = float(typical.get((queue, direction), np.nan))
             ranks = _affected_ranks(ctx, rows, typ, opts["slow_ratio"], int(rank))
             fix_rows = ctx.dma[_same_transfers(ctx.dma, rows) & ctx.dma["rank"].isin(ranks)]
+            if all_tiny:
+                fix_rows = fix_rows.iloc[:0]  # no pace to restore them to
             change = dma_whatif.restore(ctx, fix_rows, typ, trigger_wait=usual_wait)
             saving = ctx.what_if(change)
             known = rows["bytes"].notna()
@@ -118,6 +130,13 @@ class DmaWaitOnCriticalPath(Rule):
                     "prefetching these transfers so they overlap compute is what would "
                     "shorten the step)."
                 )
+            elif all_tiny:
+                pace_txt = (
+                    f"at {rate}: all {plural(len(rows), 'transfer')} are under "
+                    f"{fmt_bytes(opts['min_bytes_typical'])}, latency-bound, so no queue pace "
+                    "applies; coalescing them (DMA102) or prefetching them so they overlap "
+                    "compute is what would shorten the step."
+                )
             else:
                 small = ctx.pct(saving) < opts["at_pace_saving_pct"]
                 # A group at or above the typical pace: only its slower transfers are restored.
@@ -143,6 +162,13 @@ class DmaWaitOnCriticalPath(Rule):
                     f"{dma_source(queue, direction, on_stream)}{layer_txt}: "
                     f"{fmt_ns(wait_ns)} queued after its trigger and {fmt_ns(impact - wait_ns)} "
                     f"transferring {pace_txt}"
+                    + (
+                        f" {plural(left_out, 'transfer')} under {fmt_bytes(opts['min_bytes_typical'])} "
+                        f"among them {'is' if left_out == 1 else 'are'} left out of the pace and "
+                        "the saving: latency-bound, they are DMA102's."
+                        if left_out
+                        else ""
+                    )
                 ),
                 ranks=tuple(ranks),
                 engine=engine,

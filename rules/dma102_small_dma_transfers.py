@@ -59,6 +59,8 @@ class SmallDmaTransfers(Rule):
         path_ns = (
             seg[seg["category"].isin(["dma_wait", "dma_transfer"])].groupby("event")["dur_ns"].sum()
         )
+        # The path's gaps before each transfer: merging removes their setup part too.
+        path_gap = seg[seg["category"] == "gap"].groupby("event")["dur_ns"].sum()
         # One finding per queue and layer across ranks: the same fragmentation on every rank is
         # one cause, and fixing it on one rank only would move the path to a peer.
         for (queue, direction, layer), grp in small.groupby(
@@ -67,9 +69,13 @@ class SmallDmaTransfers(Rule):
             n_ranks = grp["rank"].nunique()
             if len(grp) < opts["min_count"] * n_ranks:
                 continue
-            impact = int(path_ns.reindex(grp["event"]).fillna(0).sum())
+            moving = int(path_ns.reindex(grp["event"]).fillna(0).sum())
             typ = float(typical.get((queue, direction), float("nan")))
             change = dma_whatif.restore(ctx, grp, typ, merge_packets=True)
+            setup = _setup_on_path(ctx, grp, change, path_gap)
+            # The impact is the path time the change acts on: the transfers and the setup gaps
+            # between them that moving the bytes as one transfer removes.
+            impact = moving + setup
             saving = ctx.what_if(change)
             if impact == 0 and saving == 0:
                 sev = Severity.INFO
@@ -94,7 +100,14 @@ class SmallDmaTransfers(Rule):
                     f"{fmt_bytes(opts['max_bytes'])}) at {fmt_bw(achieved)}"
                     + (f" against their typical {fmt_bw(typ)}" if typ == typ else "")
                     + f"; they hold the critical path {fmt_ns(impact)} ({ctx.pct(impact)}% of the "
-                    f"step). Moved as large transfers the step would be {fmt_ns(saving)} shorter."
+                    f"step)"
+                    + (
+                        f": {fmt_ns(moving)} transferring and {fmt_ns(setup)} in the setup gaps "
+                        "between them"
+                        if setup
+                        else ""
+                    )
+                    + f". Moved as large transfers the step would be {fmt_ns(saving)} shorter."
                 ),
                 ranks=tuple(sorted(int(r) for r in grp["rank"].unique())),
                 engine="dma",
@@ -113,9 +126,27 @@ class SmallDmaTransfers(Rule):
                     "achieved_bw": achieved,
                     "typical_bw": typ if typ == typ else None,
                     "direction": direction,
+                    "path_transfer_ns": moving,
+                    "path_setup_gap_ns": setup,
                     "events": grp["event"].head(20).tolist(),
                 },
             )
+
+
+def _setup_on_path(ctx, grp, change, path_gap) -> int:
+    """Path time in the gaps before ``grp``'s transfers that ``change`` removes (each node's
+    gap on the path, up to the setup the merge cuts from it)."""
+    import numpy as np
+    import pandas as pd
+
+    if change.gap_nodes is None or not len(change.gap_nodes):
+        return 0
+    cut = pd.Series(ctx.graph.gap[change.gap_nodes] - change.gap_values, index=change.gap_nodes)
+    cut = cut.groupby(level=0).max()
+    nodes = ctx.nodes_of(grp["event"].to_numpy())
+    removed = cut.reindex(nodes).fillna(0).to_numpy()
+    on_path = path_gap.reindex(grp["event"]).fillna(0).to_numpy()
+    return int(np.minimum(removed, on_path).clip(min=0).sum())
 
 
 def _ranks_txt(grp) -> str:

@@ -8,6 +8,7 @@ from tracediag.engine.rule import Rule, severity_by_saving
 from tracediag.model import schema as S
 from tracediag.model.findings import Severity
 from tracediag.model.units import fmt_ns
+from tracediag.model.wording import plural
 
 if TYPE_CHECKING:
     import numpy as np
@@ -164,7 +165,8 @@ class Fp32Matmuls(Rule):
             self,
             severity=severity_by_saving(ctx.pct(saving), opts, self.severity),
             message=(
-                f"{len(ids)} matmuls{where} run in {'/'.join(slow_dtypes)} on "
+                f"{plural(len(ids), 'matmul')}{where} {'runs' if len(ids) == 1 else 'run'} in "
+                f"{'/'.join(slow_dtypes)} on "
                 f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} "
                 f"({fmt_ns(total)} of {engine} time over these ranks), where the model's other matmuls run "
                 f"{'/'.join(fast)}; {fmt_ns(impact)} of them lie on the critical path. {what_if}"

@@ -187,8 +187,9 @@ def test_rule_with_a_family_lists_the_family(capsys):
     code, out, err = _run(capsys, "rule", "DMA")
     assert (code, out) == (2, "")
     assert err == (
-        "tracediag: error: DMA names 3 rules, not one: DMA101 (dma-wait-on-critical-path), "
-        "DMA102 (small-dma-transfers), DMA103 (low-dma-bandwidth); 'tracediag rule DMA101' "
+        "tracediag: error: DMA names 5 rules, not one: DMA101 (dma-wait-on-critical-path), "
+        "DMA102 (small-dma-transfers), DMA103 (low-dma-bandwidth), DMA104 "
+        "(dma-transfer-efficiency), DMA105 (redundant-dma-transfers); 'tracediag rule DMA101' "
         "prints one, 'tracediag rules --family dma' lists them\n"
     )
     assert _run(capsys, "rule", "collective")[2].startswith(
