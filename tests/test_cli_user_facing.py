@@ -240,7 +240,9 @@ def test_check_writes_the_html_report_with_its_gate(cli, tmp_path):
     gate = page[page.index("<h2>Gate</h2>") :]
     assert gate.startswith('<h2>Gate</h2><p class="fail">check failed: 1 finding at or above '
                            "error</p><ul><li>")  # fmt: skip
-    assert "COL201 Straggler rank: others wait for it at collectives [rank 1] (fails the gate" in gate
+    assert (
+        "COL201 Straggler rank: others wait for it at collectives [rank 1] (fails the gate" in gate
+    )
     # the same pictures as report's page (they need the diagnosis, not only the report)
     assert cli("report", STRAGGLER, "--format", "html", "-o", "r.html", "-q")[0] == 0
     report_page = (tmp_path / "r.html").read_text()
@@ -482,3 +484,65 @@ def test_baseline_gate_lines_name_the_rank_of_new_and_fixed_findings(cli, tmp_pa
         f"- fixed since the baseline: COL201 Straggler rank: others wait for it at collectives [rank {sleep}]"
         in gate
     )
+
+
+# ---- review 20 (R20b): help, config codes and host-only bounds ---------------------------------
+
+
+def test_export_help_says_o_is_the_trace_written_not_the_report(cli):
+    code, out, _ = cli("export", "--help")
+    assert code == 0
+    help_text = " ".join(out.split())
+    assert "-o FILE, --output FILE the trace to write (required); its name picks the format" in (
+        help_text
+    )
+    assert "write the report" not in help_text
+    assert "write the report to FILE, not stdout" in (ROOT / "docs" / "cli.md").read_text()
+    assert "the trace to write (required)" in (ROOT / "docs" / "cli.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("name", "table", "want"),
+    [
+        ("pyproject.toml", '[tool.tracediag]\nignore = ["XYZ1"]\n', "ignore: XYZ1 matches no rule"),
+        (
+            "pyproject.toml",
+            '[tool.tracediag]\nignore = ["COL", "DAM"]\n',
+            "ignore: DAM matches no rule (did you mean DMA?)",
+        ),
+        (
+            "tracediag.toml",
+            'extend-select = ["COL99O"]\n',
+            "extend-select: COL99O matches no rule (did you mean COL990?)",
+        ),
+    ],
+)
+def test_a_mistyped_code_in_the_config_is_an_error_like_on_the_command_line(
+    cli, probes, no_load, tmp_path, name, table, want
+):
+    """Before: ``ignore = ["XYZ1"]`` in [tool.tracediag] passed silently (nothing ignored)
+    while ``--ignore XYZ1`` was an error. Now both are one line, exit 2, before any read."""
+    (tmp_path / name).write_text(table)
+    code, out, err = cli("report", "a", "-q")
+    assert (code, out) == (2, "")
+    assert _error(err) == f"tracediag: error: {tmp_path / name}: {want}"
+    # the same typo on the command line: the same message but for where it came from
+    (tmp_path / name).unlink()
+    flag = "--" + want.split(":")[0]
+    bad = want.split(": ")[1].split()[0]
+    code, _, err = cli("report", "a", "-q", flag, bad)
+    assert code == 2 and _error(err) == f"tracediag: error: {flag}: {want.split(': ', 1)[1]}"
+
+
+def test_bounds_of_a_host_only_trace_is_one_line(cli):
+    """The gloo jobs run on CPU: no rank has device engine events, so no bound exists. Before:
+    four 15-line blocks of 'window 0..0 ns', '-' and 'unknown'."""
+    code, out, _ = cli("bounds", GLOO_JOBS / "straggler_compute", "-q")
+    assert code == 0
+    assert out == (
+        "no device work on any of the 4 ranks: bounds need device engine events "
+        "(DMA, matrix, vector) and this trace has none\n"
+    )
+    # a device trace keeps its per-rank blocks
+    code, out, _ = cli("bounds", STRAGGLER, "-q")
+    assert code == 0 and out.startswith("rank 0: window ") and "no device work" not in out

@@ -196,3 +196,36 @@ def test_a_report_without_bounds_has_neither_table(reports):
     report = {**reports("straggler"), "bounds": [], "precision": []}
     page = render_html(report)
     assert "Bounds per rank" not in page and "numeric format" not in page
+
+
+def test_header_and_worst_window_say_what_they_cover_on_a_real_five_step_job():
+    """straggler_compute (real gloo, 4 ranks, 5 steps): the 584.8 ms critical path is the whole
+    window, not a step (the typical step is 115.9 ms), and the worst window's caption gives
+    its real place: COL201's window starts 10.59 ms into the path, not at 0 ns."""
+    from pathlib import Path
+
+    from tests.gate_runs import _diagnose
+    from tracediag.model.units import fmt_ns
+    from tracediag.report.formats import render
+
+    job = Path(__file__).resolve().parent / "data" / "real_gloo" / "straggler_compute"
+    diagnosis = _diagnose(job)
+    report = diagnosis.to_dict()
+    page = render(diagnosis, "html")
+    steps = report["step_summary"]
+    assert steps["n"] == 5 and fmt_ns(steps["typical_ns"]) == "115.9 ms"
+    assert "Critical path (step)" not in page
+    assert (
+        "<th>Critical path (whole window, 5 steps)</th><td>584.8 ms "
+        '<span class="muted">(typical step 115.9 ms: see Steps)</span>'
+    ) in page
+    t0 = report["critical_path"]["start_ns"]
+    worst = report["findings"][0]
+    assert worst["code"] == "COL201"
+    shaded = f"{fmt_ns(worst['start_ns'] - t0)} to {fmt_ns(worst['end_ns'] - t0)}"
+    assert shaded == "10.59 ms to 557 ms"
+    assert f"the finding's window ({shaded}) is shaded" in page
+    assert "from 0 ns to 584.8 ms into the critical path" in page  # padding clipped to the path
+    # a one-step trace's path is the whole window, and says no more
+    one = render_html({**report, "step_summary": {**steps, "n": 1}})
+    assert "<th>Critical path (whole window)</th><td>584.8 ms</td>" in one

@@ -364,3 +364,38 @@ def test_a_trace_of_one_step_says_so_and_shows_the_window_as_its_step():
         assert t.stall == (step["start_ns"], step["end_ns"]) and t.t0 < t.stall[0]
 
     drive(app, script)
+
+
+def test_a_steps_finding_saving_is_a_per_step_share_only_when_seen_in_every_step(gloo):
+    """straggler_sleep: COL201's 283.5 ms saving is over the whole 5-step window (each step is
+    about 116 ms), so a step shows its fifth; a COL202 seen in 4 of the 5 steps keeps the whole
+    figure, said to be over the 5 steps. Before, a step showed the whole-window saving alone."""
+    from tracediag.tui.app import make_app
+    from tracediag.tui.steps_screen import findings_in_step
+
+    d, report = gloo
+    by_code = [(f["code"], f["saving_ns"], f["steps_seen"]) for f in report["findings"]]
+    assert by_code[0] == ("COL201", 283502829, 5) and report["step_summary"]["n"] == 5
+    want = {
+        "COL201": "saving 56.7 ms/step (283.5 ms over the 5 steps)",  # 283502829 // 5 ns
+        "COL202": {4: "saving 10.52 ms over the 5 steps", 1: "saving 2.487 ms over the 5 steps"},
+    }
+    assert fmt_ns(283502829 // 5) == "56.7 ms"
+    app = make_app(diagnosis=d)
+    lines = []  # (code, line) of every step's findings
+
+    async def script(pilot):
+        await pilot.press("i")
+        for row in range(5):
+            app.screen.show_step(row)
+            codes = [f.code for f in findings_in_step(app.session, row)]
+            shown = _shown(app.screen.query_one("#step-findings"))
+            lines.extend(zip(codes, shown[1:] if codes else [], strict=True))
+
+    drive(app, script)
+    col201 = [line for code, line in lines if code == "COL201"]
+    assert len(col201) == 5 and all(want["COL201"] in line for line in col201)
+    col202 = [line for code, line in lines if code == "COL202"]
+    assert sum(want["COL202"][4] in line for line in col202) == 4
+    assert sum(want["COL202"][1] in line for line in col202) == 1
+    assert not any("/step" in line for line in col202)

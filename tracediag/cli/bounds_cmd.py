@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from tracediag.cli.by_source import add_by_options, check_by_options
 from tracediag.cli.common import MAX_WIDTH, add_reading_options, emit, load_paths, say
 from tracediag.model.errors import UsageError
-from tracediag.model.wording import plural
+from tracediag.model.wording import plural, ranks_label
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -149,11 +149,20 @@ def _pct(x: float, total: float) -> str:
 
 
 def render_text(table: pd.DataFrame) -> str:
-    """The bounds table of every rank as text (at most 100 columns)."""
+    """The bounds table of every rank as text (at most 100 columns); ranks without device work
+    (host-only traces: no engine busy in an empty window) are one line, not a block of blanks."""
     from tracediag.analysis.bounds import GAPS
 
+    idle = (table["total_ns"].to_numpy() <= 0) & ~table["bottleneck"].astype(bool).to_numpy()
+    if len(table) and idle.all():
+        return (
+            f"no device work on any of the {plural(len(table), 'rank')}: bounds need device "
+            "engine events (DMA, matrix, vector) and this trace has none\n"
+        )
     blocks = []
-    for r, row in table.iterrows():  # one row per rank
+    if idle.any():
+        blocks.append(f"no device work on {ranks_label([int(r) for r in table.index[idle]])}")
+    for r, row in table[~idle].iterrows():  # one row per rank
         total = float(row["total_ns"])
         head = f"rank {r}: window {row['start_ns']}..{row['end_ns']} ns ({_fmt(total)} ns); " + (
             f"bottleneck {row['bottleneck']} ({row['binding']}-bound)"

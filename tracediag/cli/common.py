@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracediag.engine.config import Config, load_config
-from tracediag.model.errors import UsageError, did_you_mean
+from tracediag.engine.config import Config, check_config_codes, check_patterns, load_config
+from tracediag.model.errors import UsageError
 from tracediag.model.wording import plural
 
 if TYPE_CHECKING:
@@ -25,11 +25,15 @@ def codes(text: str) -> list[str]:
 
 
 def add_diagnosis_options(
-    parser: argparse.ArgumentParser, paths_required: bool = True, paths: bool = True
+    parser: argparse.ArgumentParser,
+    paths_required: bool = True,
+    paths: bool = True,
+    output_help: str = "write the report to FILE, not stdout",
 ) -> None:
     """Inputs, configuration, rule selection, alignment, output and verbosity. Without
     ``paths_required`` the command checks for paths itself (see :func:`check_summary_options`);
-    without ``paths`` the command declares its own positional inputs."""
+    without ``paths`` the command declares its own positional inputs; ``output_help`` says what
+    ``-o`` writes."""
     if paths:
         parser.add_argument(
             "paths",
@@ -63,9 +67,7 @@ def add_diagnosis_options(
         help="keep each rank's clock as recorded (no offset estimation)",
     )
     add_reading_options(parser)
-    parser.add_argument(
-        "-o", "--output", type=Path, metavar="FILE", help="write the report to FILE, not stdout"
-    )
+    parser.add_argument("-o", "--output", type=Path, metavar="FILE", help=output_help)
     parser.add_argument(
         "-q", "--quiet", action="store_true", help="no progress or summary lines on stderr"
     )
@@ -169,12 +171,6 @@ def layout_sizes(text: str) -> dict[str, int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _check_patterns(option: str, patterns: list[str], known: list[str]) -> None:
-    for p in patterns:
-        if p != "ALL" and not any(code.startswith(p) for code in known):
-            raise UsageError(f"{option}: {p} matches no rule{did_you_mean(p, known)}")
-
-
 def resolve_config(args: argparse.Namespace) -> Config:
     """The config file's settings with the command line's on top, ruff-like.
 
@@ -185,12 +181,13 @@ def resolve_config(args: argparse.Namespace) -> Config:
 
     config = load_config(args.config)
     known = list(all_rules())
+    check_config_codes(config, known)  # the file's typos, as the flags' below
     for option, patterns in (
         ("--select", args.select),
         ("--extend-select", args.extend_select),
         ("--ignore", args.ignore),
     ):
-        _check_patterns(option, patterns or [], known)
+        check_patterns(option, patterns or [], known)
     if args.select is not None:
         config.select, config.extend_select, config.ignore = args.select, [], []
     config.extend_select = config.extend_select + (args.extend_select or [])

@@ -38,7 +38,11 @@ def add_parser(commands) -> None:
         "format follows the name of -o: .json or .json.gz (gzip) is Chrome trace JSON, "
         ".pftrace, .perfetto-trace or .pb is Perfetto protobuf.",
     )
-    add_diagnosis_options(p)
+    add_diagnosis_options(
+        p,
+        output_help="the trace to write (required); its name picks the format: "
+        ".json/.json.gz (chrome) or .pftrace/.perfetto-trace/.pb (perfetto)",
+    )
     p.add_argument(
         "--format",
         choices=FORMATS,

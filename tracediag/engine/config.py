@@ -11,13 +11,14 @@ trace_ignores.py), ``[baseline]`` (noise thresholds of ``check --baseline``), ``
 from __future__ import annotations
 
 import difflib
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracediag.ci.baseline_settings import BaselineSettings
 from tracediag.ci.budgets import Budget, parse_budgets
-from tracediag.model.errors import UsageError
+from tracediag.model.errors import UsageError, did_you_mean
 from tracediag.model.findings import Severity
 
 KNOWN_KEYS = {
@@ -151,6 +152,29 @@ def from_mapping(data: dict, source: str = "") -> Config:
     except (ValueError, TypeError) as exc:
         raise UsageError(f"{source or 'config'}: {exc}") from None
     return cfg
+
+
+def check_patterns(where: str, patterns: list[str], known) -> None:
+    """A usage error, ``"{where}: XYZ1 matches no rule (did you mean ...?)"``, for the first of
+    ``patterns`` (codes or prefixes, as ``select``/``ignore`` take them) that matches none of
+    the ``known`` rule codes; the hint also offers the families (``DAM`` -> ``DMA``)."""
+    known = list(known)
+    families = sorted({m.group() for code in known if (m := re.match(r"[A-Z]+", code))})
+    for p in patterns:
+        if p != "ALL" and not any(code.startswith(p) for code in known):
+            raise UsageError(f"{where}: {p} matches no rule{did_you_mean(p, families + known)}")
+
+
+def check_config_codes(config: Config, known) -> None:
+    """The file's ``select``, ``extend-select`` and ``ignore`` checked like the same options on
+    the command line: a mistyped code is an error naming the file and key, not a silent no-op."""
+    source = config.source or "config"
+    for key, patterns in (
+        ("select", config.select),
+        ("extend-select", config.extend_select),
+        ("ignore", config.ignore),
+    ):
+        check_patterns(f"{source}: {key}", patterns, known)
 
 
 def _did_you_mean(words: list[str], known) -> str:

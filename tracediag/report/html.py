@@ -13,6 +13,7 @@ from tracediag.model.wording import rank_list, ranks_label
 from tracediag.report.bounds_precision import BOUND_KEYS, bounds_rows, precision_rows
 from tracediag.report.html_steps import steps_section
 from tracediag.report.labels import severity_counts, total_saving, window
+from tracediag.report.step_lines import has_steps
 from tracediag.report.svg import (
     CATEGORY_COLORS,
     SEVERITY_COLORS,
@@ -48,11 +49,11 @@ MAX_SKEW_NOTE = 8
 
 
 def _summary(report: dict) -> str:
-    cp, s = report["critical_path"], report["summary"]
+    s = report["summary"]
     rows = [
         ("Inputs", ", ".join(escape(i["path"]) for i in report["inputs"]) or "-"),
         ("Ranks", escape(rank_list([r["rank"] for r in report["ranks"]]))),
-        ("Critical path (step)", fmt_ns(cp["length_ns"])),
+        _path_row(report),
         ("Findings", f"{s['findings']} ({escape(severity_counts(s))})"),
         _saving_row(s),
     ]
@@ -63,6 +64,20 @@ def _summary(report: dict) -> str:
         css = "pass" if gate["passed"] else "fail"
         rows.append(("Gate", f'<span class="{css}">{escape(verdict_line(gate))}</span>'))
     return "<table>" + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows) + "</table>"
+
+
+def _path_row(report: dict) -> tuple[str, str]:
+    """The critical path's length, saying what it covers: the whole traced window, which
+    holds several steps when the trace marks them (the typical step is in the Steps section)."""
+    length = fmt_ns(report["critical_path"]["length_ns"])
+    if not has_steps(report):
+        return "Critical path (whole window)", length
+    s = report["step_summary"]
+    return (
+        f"Critical path (whole window, {s['n']} steps)",
+        f'{length} <span class="muted">(typical step {escape(fmt_ns(s["typical_ns"]))}: '
+        "see Steps)</span>",
+    )
 
 
 def _saving_row(summary: dict) -> tuple[str, str]:
@@ -193,13 +208,19 @@ def _worst_window(report: dict, views) -> str:
     if views is None or views.window is None:
         return ""
     w = views.window
+    t0 = report["critical_path"]["start_ns"]
+
+    def at(ns: int) -> str:  # a time as the rest of the page gives it: into the critical path
+        return escape(fmt_ns(ns - t0))
+
     return (
         f"<h2>Worst window: {escape(w.code)}</h2>"
         f'<p class="muted">Events of {escape(ranks_label(w.ranks))}, where the critical path '
-        "runs in this window, from "
-        f"{escape(fmt_ns(w.start_ns - report['critical_path']['start_ns']))} into the critical path, "
-        "on the tracks it runs on, then their busiest; the finding's window is shaded and the critical path's events "
-        "are underlined in black.</p>" + window_lanes(w, "from the start of the window")
+        f"runs in this window, from {at(w.start_ns)} to {at(w.end_ns)} into the critical path, "
+        "on the tracks it runs on, then their busiest; the finding's window "
+        f"({at(w.finding_start_ns)} to {at(w.finding_end_ns)}) is shaded and the critical "
+        "path's events are underlined in black.</p>"
+        + window_lanes(w, "from the start of the window")
     )
 
 

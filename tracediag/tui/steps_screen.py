@@ -79,16 +79,30 @@ def ranks_table(step: dict) -> Table:
     return table
 
 
-def findings_lines(found: list[Finding], total: int) -> Text:
-    """The findings seen in the step, a line each."""
+def saving_text(saving_ns: int, steps_seen: int | None, steps_total: int) -> str:
+    """A finding's saving as the steps view can say it: its what-if saving is over the whole
+    window, so a step gets an even share only when the finding is seen in every step;
+    otherwise the whole figure, saying it is over the window's steps."""
+    if steps_total <= 1:
+        return f"saving {fmt_ns(saving_ns)}"
+    over = f"over the {steps_total} steps"
+    if steps_seen == steps_total:
+        return f"saving {fmt_ns(saving_ns // steps_total)}/step ({fmt_ns(saving_ns)} {over})"
+    return f"saving {fmt_ns(saving_ns)} {over}"
+
+
+def findings_lines(found: list[tuple[Finding, int | None]], total: int, steps_total: int) -> Text:
+    """The findings seen in the step, a line each: ``found`` pairs each with the number of
+    steps it is seen in (the report's ``steps_seen``)."""
     if not found:
         return Text(f"None of the {plural(total, 'finding')} is in this step.")
     text = Text(f"{len(found)} of {plural(total, 'finding')} in this step:\n")
-    for f in found:
+    for f, seen in found:
         text.append(f"{f.code:<7}", style="bold")
         text.append(f"{str(f.severity):<8}", style=SEVERITY_STYLE[int(f.severity)])
         ranks = rank_list(list(f.ranks)) if f.ranks else "job"
-        text.append(f"{ranks:<8} saving {fmt_ns(f.saving_ns):>10}  {f.title}\n")
+        saving = saving_text(f.saving_ns, seen, steps_total)
+        text.append(f"{ranks:<8} {saving}  {f.title}\n")
     text.rstrip()
     return text
 
@@ -201,9 +215,16 @@ class StepsScreen(Screen):
                                for r in st["ranks"]))
             )  # fmt: skip
         self.query_one("#step-ranks", Static).update(ranks)
-        found = findings_in_step(self.app.session, index)
+        session = self.app.session
+        # the report's findings are the diagnosis's, in order, with their steps_seen
+        seen = {
+            id(f): d.get("steps_seen")
+            for f, d in zip(session.diagnosis.findings, session.report["findings"], strict=True)
+        }
+        found = [(f, seen[id(f)]) for f in findings_in_step(session, index)]
+        steps_total = (session.report.get("step_summary") or {}).get("n", len(self.steps))
         self.query_one("#step-findings", Static).update(
-            findings_lines(found, len(self.app.session.diagnosis.findings))
+            findings_lines(found, len(session.diagnosis.findings), steps_total)
         )
 
     def action_scroll_detail(self, pages: int) -> None:
