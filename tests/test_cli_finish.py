@@ -77,6 +77,12 @@ def test_mistyped_rule_name_gets_a_suggestion(cli):
     code, _, err = cli("rule", "DAM101")
     assert code == 2
     assert "no rule DAM101 (did you mean DMA101?)" in _error(err)
+    # with nothing close, the message says where the codes are listed
+    code, _, err = cli("rule", "XYZ999")
+    assert (code, _error(err)) == (
+        2,
+        "tracediag: error: no rule XYZ999 ('tracediag rules' lists them)",
+    )
 
 
 def test_mistyped_config_key_gets_a_suggestion(cli, probes, tmp_path):

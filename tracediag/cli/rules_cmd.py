@@ -105,8 +105,8 @@ def run_rule(args: argparse.Namespace) -> int:
             f"'tracediag rule {family[0]}' prints one, 'tracediag rules --family {family_of(family[0])}' lists them"
         )
     if cls is None:
-        raise UsageError(
-            f"no rule {wanted}{did_you_mean(wanted.upper(), rules) or did_you_mean(wanted, by_name)}"
-        )
+        hint = did_you_mean(wanted.upper(), rules) or did_you_mean(wanted, by_name)
+        hint = hint or " ('tracediag rules' lists them)"
+        raise UsageError(f"no rule {wanted}{hint}")
     print(cls.document())
     return 0
