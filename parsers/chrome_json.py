@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tracediag.io import files as fileio
 from tracediag.io.release_memory import release_free_memory
 from tracediag.model import schema as S
 from tracediag.model.assembly import RankPart, sanitize_events
@@ -24,34 +23,17 @@ from tracediag.model.errors import TraceInputError
 from tracediag.parsers import chrome_own, kineto, kineto_host, kineto_layers, kineto_sampling
 from tracediag.parsers.chrome_decode import paused_gc
 from tracediag.parsers.chrome_events import flow_edges, tabulate
+from tracediag.parsers.chrome_json_sniff import (  # noqa: F401 (the reader's declaration)
+    FORMAT,
+    sniff,
+)
 from tracediag.parsers.chrome_stream import read_columns
 from tracediag.parsers.kineto_collectives import collective_rows
 from tracediag.parsers.kineto_source import add_source_lines
 from tracediag.parsers.kineto_sync import sync_edges
 
-FORMAT = "chrome-json"
-
-_SNIFF_BYTES = 1 << 20  # Kineto writes device properties (kilobytes) before "traceEvents"
-_TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:')
-_EVENT_KEYS = (re.compile(rb'"ph"\s*:\s*"'), re.compile(rb'"ts"\s*:'))
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 _INFO_KEYS = ("schemaVersion", "baseTimeNanoseconds", "traceName", "displayTimeUnit")
-
-
-def sniff(path: Path) -> bool:
-    """A file whose content is a JSON object with ``traceEvents`` or a list of events with ``ph``."""
-    path = Path(path)
-    if not path.is_file():
-        return False
-    text = fileio.sniff_head(path, _SNIFF_BYTES).lstrip(b"\xef\xbb\xbf \t\r\n")
-    if text.startswith(b"["):
-        return re.match(rb"\[\s*\{", text) is not None and _EVENT_KEYS[0].search(text) is not None
-    if not text.startswith(b"{"):
-        return False
-    if _TRACE_EVENTS_KEY.search(text):
-        return True
-    # "traceEvents" beyond the head: accept only event-shaped content (Neuron JSON has no "ph").
-    return all(k.search(text) for k in _EVENT_KEYS)
 
 
 def read(path: Path) -> list[RankPart]:

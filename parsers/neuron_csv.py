@@ -20,46 +20,21 @@ import pyarrow.csv as pacsv
 from tracediag.model import schema as S
 from tracediag.model.assembly import RankPart
 from tracediag.model.errors import TraceInputError
-from tracediag.parsers.neuron_common import natural_key
+from tracediag.parsers.neuron_csv_sniff import (  # noqa: F401 (the reader's declaration)
+    DEFAULT_HARDWARE,
+    FORMAT,
+    NEURON_DEVICE_PROFILE,
+    TRACK_COLUMN,
+    _children,
+    _is_export,
+    sniff,
+)
 from tracediag.parsers.neuron_parquet import DMA_COLUMNS, INSTRUCTION_COLUMNS
 from tracediag.parsers.neuron_parquet_dma import data_bytes, drop_duplicate_packets
 from tracediag.parsers.neuron_parquet_notes import dma_presence
 from tracediag.parsers.neuron_parquet_profiles import select_job
 from tracediag.parsers.neuron_parquet_tables import _to_frame
 from tracediag.parsers.neuron_part import build_part
-
-FORMAT = "neuron-csv"
-NEURON_DEVICE_PROFILE = True
-DEFAULT_HARDWARE = "trn1"
-TABLES = ("Instruction", "DmaPacketAggregated", "DmaPacket", "CcInstruction", "SemaphoreUpdate")
-TRACK_COLUMN = "timeline_track"
-
-
-def _is_export(path: Path) -> bool:
-    """A directory holding an exported table whose header starts with ``timeline_track``."""
-    for table in TABLES:
-        f = path / f"{table}.csv"
-        if f.is_file():
-            try:
-                with open(f, "rb") as fh:
-                    first = fh.read(len(TRACK_COLUMN) + 3).replace(b'"', b"")
-                return first.startswith(f"{TRACK_COLUMN},".encode())
-            except OSError:
-                return False
-    return False
-
-
-def _children(path: Path) -> list[Path]:
-    if not path.is_dir():
-        return []
-    kids = sorted((c for c in path.iterdir() if c.is_dir()), key=lambda c: natural_key(c.name))
-    return [c for c in kids if _is_export(c)]
-
-
-def sniff(path: Path) -> bool:
-    """An export directory, or a directory of export directories."""
-    path = Path(path)
-    return path.is_dir() and (_is_export(path) or bool(_children(path)))
 
 
 def read(path: Path) -> list[RankPart]:

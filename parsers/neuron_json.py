@@ -25,13 +25,11 @@ subgraph or model: it gives a part without events, ``meta.info["summary_only"] =
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from tracediag.io.files import head
 from tracediag.model import schema as S
 from tracediag.model.assembly import RankPart
 from tracediag.model.errors import TraceInputError
@@ -40,6 +38,12 @@ from tracediag.parsers.neuron_common import column, device_of, ints, numeric_sum
 from tracediag.parsers.neuron_errors import ERROR_COLUMNS, record_errors
 from tracediag.parsers.neuron_executions import execution_edges, pc_executions
 from tracediag.parsers.neuron_flow import EventIds
+from tracediag.parsers.neuron_json_sniff import (  # noqa: F401 (the reader's declaration)
+    DEFAULT_HARDWARE,
+    FORMAT,
+    NEURON_DEVICE_PROFILE,
+    sniff,
+)
 from tracediag.parsers.neuron_json_tables import (
     detect_unit,
     id_lists,
@@ -52,48 +56,17 @@ from tracediag.parsers.neuron_json_tables import (
 from tracediag.parsers.neuron_parquet_notes import steps_of
 from tracediag.parsers.neuron_part import build_part, empty_part
 
-FORMAT = "neuron-json"
-#: A device profile on a NeuronCore clock: the loader joins system profiles onto it.
-NEURON_DEVICE_PROFILE = True
-#: The hardware a profile that names none ran on (the documented default target).
-DEFAULT_HARDWARE = "trn1"
-
 LEGACY_TABLES = ("instruction", "dma", "summary")
 _READ_TABLES = (
     "instruction", "dma", "summary", "metadata", "cc_op", "cc_ops", "error", "active_time",
     "layer_summary", "profile_info",
 )  # fmt: skip
-_SNIFF_BYTES = 1 << 16
-_LEGACY_KEY = re.compile(rb'"(?:instruction|dma|summary|profile_info)"\s*:\s*\[')
 #: What a file holding only ``profile_info`` means (neuron-real-output.md).
 WRONG_NEFF = (
     "holds only 'profile_info': the profile was viewed without its NEFF (or with the wrong one), "
     "so neuron-profile wrote no instructions; view it again with the NEFF the run executed "
     "(`neuron-profile view -n <file.neff> -s <file.ntff> --output-format json`)"
 )
-_FIRST_VALUE_IS_OBJECT = re.compile(rb'^\{\s*"(?:[^"\\]|\\.)*"\s*:\s*\{')
-_SUMMARY_FIELD = re.compile(
-    rb'"(?:total_time|total_exec_time|total_active_time|dma_active_time|hbm_read_bytes|cc_op_count'
-    rb'|mfu_estimated_percent|(?:tensor|vector|scalar|gpsimd|sync)_engine_\w+)"\s*:'
-)
-
-
-def sniff(path: Path) -> bool:
-    """An object holding the legacy tables, or an object of flat Summary objects; never Chrome
-    JSON (``traceEvents`` or a list of events)."""
-    path = Path(path)
-    if not path.is_file():
-        return False
-    try:
-        text = head(path, _SNIFF_BYTES)
-    except TraceInputError:
-        return False
-    body = text.lstrip(b"\xef\xbb\xbf \t\r\n")
-    if not body.startswith(b"{") or b'"traceEvents"' in text:
-        return False
-    if _LEGACY_KEY.search(text):
-        return True
-    return bool(_FIRST_VALUE_IS_OBJECT.match(body) and _SUMMARY_FIELD.search(text))
 
 
 def read(path: Path) -> list[RankPart]:

@@ -37,13 +37,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tracediag.io.files import head
 from tracediag.model import schema as S
 from tracediag.model.assembly import RankPart
 from tracediag.model.errors import TraceInputError
 from tracediag.parsers.neuron_common import (
     device_of,
-    natural_key,
     normalise_engines,
     numeric_summary,
     rank_from_name,
@@ -69,7 +67,15 @@ from tracediag.parsers.neuron_parquet_notes import (
     schema_fields_missing,
     steps_of,
 )
-from tracediag.parsers.neuron_parquet_profiles import data_path_profiles_dir, select_job
+from tracediag.parsers.neuron_parquet_profiles import select_job
+from tracediag.parsers.neuron_parquet_sniff import (  # noqa: F401 (the reader's declaration)
+    DEFAULT_HARDWARE,
+    FORMAT,
+    NEURON_DEVICE_PROFILE,
+    _profile_children,
+    _profiles_root,
+    sniff,
+)
 from tracediag.parsers.neuron_parquet_tables import (
     column_names,
     first_row,
@@ -79,12 +85,6 @@ from tracediag.parsers.neuron_parquet_tables import (
     table_files,
 )
 from tracediag.parsers.neuron_part import build_part
-
-FORMAT = "neuron-parquet"
-#: A device profile on a NeuronCore clock: the loader joins system profiles onto it.
-NEURON_DEVICE_PROFILE = True
-#: The hardware a profile that names none ran on (the documented default target).
-DEFAULT_HARDWARE = "trn1"
 
 INSTRUCTION_COLUMNS = [
     "start_ts", "end_ts", "duration_ns", "engine", "pcore_idx", "opcode", "id", "hlo_name", "layer",
@@ -115,24 +115,6 @@ METADATA_FIELDS = [
     "tensor_engine_clock_freq",
 ]  # fmt: skip
 TENSOR_COLUMNS = ["type", "size", "variable_name"]
-
-#: File suffixes of other trace formats: a parent directory holding one beside its profiles is
-#: left to the loader's one-level expansion, so that those files are read too.
-_OTHER_TRACE_SUFFIXES = (".json", ".json.gz", ".pftrace", ".perfetto-trace", ".pb", ".pb.gz")
-
-
-def sniff(path: Path) -> bool:
-    """A profile directory, a directory of profile directories and no other trace file, or an
-    Explorer data path (``profiles/global/<name>@latest/``)."""
-    path = Path(path)
-    return is_profile_dir(path) or bool(_profile_children(_profiles_root(path)))
-
-
-def _profiles_root(path: Path) -> Path:
-    """``path/profiles/global`` for a data path, else ``path``."""
-    if not path.is_dir() or is_profile_dir(path):
-        return path
-    return data_path_profiles_dir(path) or path
 
 
 def rank_units(path: Path) -> list[Path] | None:
@@ -175,27 +157,6 @@ def read(path: Path) -> list[RankPart]:
     for note in chosen.skipped:
         add_note(parts[0].meta, "profiles skipped", "info", note)
     return parts
-
-
-def _profile_children(path: Path) -> list[Path]:
-    if not path.is_dir():
-        return []
-    children = sorted(
-        (c for c in path.iterdir() if not c.name.startswith(".")), key=lambda c: natural_key(c.name)
-    )
-    profiles = [c for c in children if is_profile_dir(c)]
-    if any(c.is_file() and _is_other_trace(c) for c in children):
-        return []
-    return profiles
-
-
-def _is_other_trace(path: Path) -> bool:
-    if path.name.lower().endswith(_OTHER_TRACE_SUFFIXES):
-        return True
-    try:
-        return head(path, 64).lstrip()[:1] in (b"{", b"[")
-    except TraceInputError:
-        return False
 
 
 def _stated_rank(path: Path) -> tuple[int | None, str | None]:

@@ -21,40 +21,28 @@ instance, process and NeuronCore).
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import orjson
 import pandas as pd
 
-from tracediag.io.files import head, read_bytes
+from tracediag.io.files import read_bytes
 from tracediag.model.assembly import RankPart
 from tracediag.model.errors import TraceInputError
 from tracediag.parsers.neuron_system import HARDWARE_SOURCE, system_parts
+from tracediag.parsers.neuron_system_json_sniff import (  # noqa: F401 (the reader's declaration)
+    DEFAULT_HARDWARE,
+    FORMAT,
+    sniff,
+)
 from tracediag.parsers.perfetto_system import CPU_FIELD, NC_FIELD
 
-FORMAT = "neuron-system-json"
-#: The hardware a profile that names none ran on (the documented default target).
-DEFAULT_HARDWARE = "trn1"
-_KEY = re.compile(rb'^\s*\{[^\[]{0,2000}?"trace_events?"\s*:\s*\[', re.DOTALL)
 #: The event list: the current name first, then the pre-2.22 one.
 EVENT_KEYS = ("trace_event", "trace_events")
 _NC_OF_GROUP = r"nc-0*(\d+)"
 #: The pre-2.22 numeric ``type`` of framework events (Profiler 2.0 beta guide).
 FRAMEWORK_TYPE = 99999
 _RENAMES = {"timestamp": "start_ts", "duration": "duration_ns", "type": "trace_event_source"}
-
-
-def sniff(path: Path) -> bool:
-    """A JSON object whose first keys include ``trace_event`` or ``trace_events`` (a list)."""
-    path = Path(path)
-    if not path.is_file():
-        return False
-    try:
-        text = head(path, 4096)
-    except TraceInputError:
-        return False
-    return bool(_KEY.match(text.lstrip(b"\xef\xbb\xbf")))
 
 
 def read(path: Path) -> list[RankPart]:

@@ -21,37 +21,24 @@ from tracediag.model.assembly import RankPart
 from tracediag.model.errors import TraceInputError
 from tracediag.parsers.neuron_parquet_tables import (
     first_row,
-    is_profile_dir,
     read_table,
     table_files,
 )
 from tracediag.parsers.neuron_system import system_parts
+from tracediag.parsers.neuron_system_parquet_sniff import (  # noqa: F401 (the reader's declaration)
+    DEFAULT_HARDWARE,
+    FORMAT,
+    TABLE,
+    sniff,
+)
 from tracediag.parsers.perfetto_system import CPU_FIELD, NC_FIELD
 
-FORMAT = "neuron-system-parquet"
-#: The hardware a profile that names none ran on (the documented default target).
-DEFAULT_HARDWARE = "trn1"
-TABLE = "SystemProfileEvents"
-#: Device tables: a directory holding one is a device profile (the Parquet reader's).
-_DEVICE_TABLES = ("Instruction", "DmaPacket", "DmaPacketAggregated", "CcOp")
 #: The table's scalar fields (``flow_id``, a list, is read on its own).
 FIELDS = [
     "id", "name", "start_ts", "end_ts", "duration_ns", "trace_event_source", "instance_id",
     "process_id", "thread_id", "nc_idx", "pcore_idx", "worker_gid", "framework_stream_id",
     "extra_attributes_json",
 ]  # fmt: skip
-
-
-def sniff(path: Path) -> bool:
-    """A directory with ``SystemProfileEvents`` part files and no device table."""
-    path = Path(path)
-    if not is_profile_dir(path):  # table files with the Parquet magic
-        return False
-    try:
-        files = table_files(path)
-    except OSError:
-        return False
-    return TABLE in files and not any(t in files for t in _DEVICE_TABLES)
 
 
 def read(path: Path) -> list[RankPart]:

@@ -24,49 +24,21 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from tracediag.io.files import head, read_bytes
+from tracediag.io.files import read_bytes
 from tracediag.model.assembly import RankPart
 from tracediag.model.errors import TraceInputError
 from tracediag.parsers.neuron_system import HARDWARE_SOURCE, system_parts
 from tracediag.parsers.neuron_system_names import HARDWARE_NAMES
+from tracediag.parsers.neuron_system_runtime_sniff import (  # noqa: F401 (the reader's declaration)
+    DEFAULT_HARDWARE,
+    FORMAT,
+    _files,
+    sniff,
+)
 from tracediag.parsers.perfetto_system import CPU_FIELD, NC_FIELD, SYNC_POINT
 
-FORMAT = "neuron-runtime-json"
-#: The hardware a profile that names none ran on (the documented default target).
-DEFAULT_HARDWARE = "trn1"
-_HEAD = re.compile(rb'^\s*\{\s*"(?:events|data_version)"\s*:')
-_EVENT_TYPE = re.compile(rb'"event_type"\s*:')
 _FILE_NAME = re.compile(r"^(?P<instance>.+)_pid_(?P<pid>\d+)$")
 _DATA_FIELDS = ("exec_id", "device_core_idx", "model_id", "model_name", CPU_FIELD, NC_FIELD)
-_MAX_SNIFFED_FILES = 8
-
-
-def _is_runtime_file(path: Path) -> bool:
-    if not path.is_file() or path.suffix.lower() != ".json":
-        return False
-    try:
-        text = head(path, 4096)
-    except TraceInputError:
-        return False
-    text = text.lstrip(b"\xef\xbb\xbf")
-    return bool(_HEAD.match(text) and _EVENT_TYPE.search(text))
-
-
-def _files(path: Path) -> list[Path]:
-    if path.is_file():
-        return [path]
-    return sorted(p for p in path.iterdir() if _is_runtime_file(p))
-
-
-def sniff(path: Path) -> bool:
-    """A runtime trace file, or a directory whose JSON files are runtime trace files."""
-    path = Path(path)
-    if path.is_file():
-        return _is_runtime_file(path)
-    if not path.is_dir():
-        return False
-    jsons = sorted(p for p in path.iterdir() if p.suffix.lower() == ".json")
-    return bool(jsons) and all(_is_runtime_file(p) for p in jsons[:_MAX_SNIFFED_FILES])
 
 
 def _records(path: Path) -> pd.DataFrame:

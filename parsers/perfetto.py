@@ -36,7 +36,7 @@ from tracediag.parsers.neuron_common import rank_from_name
 from tracediag.parsers.neuron_part import Piece, finish_part
 from tracediag.parsers.neuron_system_work import execution_work
 from tracediag.parsers.perfetto_decode import decode
-from tracediag.parsers.perfetto_sniff import looks_like_perfetto
+from tracediag.parsers.perfetto_sniff import FORMAT, sniff  # noqa: F401 (the reader's declaration)
 from tracediag.parsers.perfetto_system import (
     CPU_FIELD,
     NC_FIELD,
@@ -46,13 +46,6 @@ from tracediag.parsers.perfetto_system import (
     system_slices,
 )
 from tracediag.parsers.perfetto_tracks import CATEGORY_PREFIXES, classify
-
-FORMAT = "perfetto"
-
-
-def sniff(path: Path) -> bool:
-    """A file whose first records are Perfetto trace packets (see :mod:`perfetto_sniff`)."""
-    return looks_like_perfetto(Path(path))
 
 
 def read(path: Path) -> list[RankPart]:

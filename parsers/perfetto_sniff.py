@@ -1,5 +1,8 @@
 """Content sniffing of protobuf trace files (Perfetto and XPlane), from the head of the file only.
 
+It is also the Perfetto reader's declaration (``FORMAT``, ``sniff``): the reader registry sniffs
+with it, without importing the Perfetto parse path.
+
 Both formats start with a length-delimited field-1 record (a packet; a plane), so the decision
 rests on the fields inside the first record: Perfetto packets carry packet-level fields (sequence
 id, timestamp, track event, descriptor, interned data, ...), whose numbers XPlane's first fields
@@ -13,6 +16,8 @@ from pathlib import Path
 from tracediag.io import files as fileio
 from tracediag.parsers.perfetto_stream import MAX_RECORD_BYTES, FramingError, varint
 
+#: The Perfetto reader's declaration (:mod:`tracediag.parsers.perfetto` re-exports it).
+FORMAT = "perfetto"
 SNIFF_BYTES = 1 << 16
 #: TracePacket fields that mark a Perfetto packet (sequence id, timestamp, clock id, track event,
 #: interned data, flags, defaults, descriptor, compressed bundle, first-packet flag, ...).
@@ -72,3 +77,8 @@ def looks_like_perfetto(path: Path) -> bool:
         return False
     fields = first_record_fields(head(path))
     return bool(fields) and any(number in PERFETTO_PACKET_FIELDS for number, _, _ in fields)
+
+
+def sniff(path: Path) -> bool:
+    """A file whose first records are Perfetto trace packets (the Perfetto reader's sniff)."""
+    return looks_like_perfetto(Path(path))

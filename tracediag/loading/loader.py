@@ -25,7 +25,7 @@ def _reader_for(path: Path):
 
     for reader in READERS:
         if reader.sniff(path):
-            return reader
+            return reader.module()  # the reader module itself, imported now
     return None
 
 
