@@ -11,6 +11,10 @@ Categories (they sum to the path length, first start of the job to its last end)
   *other* participants to the last arrival;
 - ``host``: host-side work: runtime calls, launch latency, CPU time between launches, syncs;
 - ``gap``: latency nothing in the trace explains.
+
+The time from the window's start to the walk's earliest cut is the wait of the path's earliest
+node, on its rank: ``host`` when a host thread of that rank ran something then (a DataLoader),
+else a ``gap`` (see :func:`_leading`).
 """
 
 from __future__ import annotations
@@ -56,7 +60,8 @@ class CriticalPath:
 
     def gap_by_rank(self) -> dict[int, int]:
         """ns of the path that nothing explains (category ``gap``) on each rank's nodes (zeros
-        included for every rank on the path); time on no node (before the first) is left out."""
+        included for every rank on the path), the leading wait of the path's earliest node with
+        them; time on no node (a path of no ranked node) is left out."""
         seg = self.segments
         rank = seg["rank"].to_numpy()
         on = rank >= 0
@@ -157,16 +162,55 @@ def walk(
     seg_cat = np.column_stack((own[path].astype(np.int64), gap_cat)).ravel()
     seg_a, seg_b = cursor[1:], cursor[:-1]
     keep = seg_b > seg_a
-    seg_node = np.r_[seg_node[keep], -1]
-    seg_cat = np.r_[seg_cat[keep], _CAT["gap"]]
+    # The time before the walk's earliest cut: the work its earliest node's rank did then.
+    lead_node, lead_event, lead_cat = _leading(graph, trace, path, t0, int(cursor[-1]))
+    seg_node = np.r_[seg_node[keep], lead_node]
+    seg_cat = np.r_[seg_cat[keep], lead_cat]
     seg_a = np.r_[seg_a[keep], t0]
     seg_b = np.r_[seg_b[keep], cursor[-1]]
+    seg_event = np.r_[np.full(int(keep.sum()), -2), lead_event]  # -2: the node's own event
     keep = seg_b > seg_a
     return CriticalPath(
-        _segments_frame(graph, trace, seg_node[keep], seg_cat[keep], seg_a[keep], seg_b[keep]),
+        _segments_frame(
+            graph, trace, seg_node[keep], seg_cat[keep], seg_a[keep], seg_b[keep], seg_event[keep]
+        ),
         t0,
         t_end,
     )
+
+
+def _leading(graph: G.Graph, trace: S.Trace, path: np.ndarray, t0: int, lead_end: int):
+    """(node, event, category) of the path's leading segment ``[t0, lead_end)``: the time
+    before the walk's earliest cut, where its earliest node had no binding predecessor inside
+    the window (a root, or one that began before it, or the rest hidden by a collective's skew).
+
+    That time belongs to the rank of the path's earliest node: it is the wait of that node (the
+    segment's node). When a host thread of that rank ran something then that ended before the
+    node began (a DataLoader's ``__next__``, the forward pass before the backward thread's first
+    launch), it is ``host`` time of the event overlapping it most; ranges still open when the node
+    begins (``ProfilerStep#N``, the whole script) hold it, they do not fill it. Nothing recorded
+    (a ``time.sleep``, the rank's profiler not started yet): a ``gap`` of that node.
+    """
+    ranked = path[graph.rank[path] >= 0]
+    if lead_end <= t0 or not len(ranked):
+        return -1, -1, _CAT["gap"]
+    node = int(ranked[-1])  # an instance has no rank: the latest node of one before it
+    ev = trace.events
+    ts = ev[S.TS].to_numpy()
+    stop = ts + ev[S.DUR].to_numpy()
+    track = ev[S.TRACK].to_numpy()
+    on_cpu = np.append(trace.tracks[S.TRACK_KIND].astype(str).to_numpy() == "cpu_thread", False)
+    overlap = np.minimum(stop, lead_end) - np.maximum(ts, t0)
+    filling = (
+        (ev[S.RANK].to_numpy() == graph.rank[node])
+        & on_cpu[np.where(track >= 0, track, len(on_cpu) - 1)]
+        & (stop <= graph.start[node])
+        & (overlap > 0)
+    )
+    if not filling.any():
+        return node, -2, _CAT["gap"]
+    best = np.flatnonzero(filling)[np.argmax(overlap[filling])]
+    return node, int(best), _CAT["host"]
 
 
 def _bind_chain(bind: np.ndarray, start: np.ndarray, node: int, t0: int) -> np.ndarray:
@@ -221,13 +265,21 @@ class _Arrivals:
         return self.nodes[lo:hi]
 
 
-def _segments_frame(graph, trace, nodes, cats, a, b) -> pd.DataFrame:
+def _segments_frame(graph, trace, nodes, cats, a, b, events=None) -> pd.DataFrame:
+    """The segments table; ``events`` (optional) names a segment's event where it is not its
+    node's own (-2: the node's): its track is then the event's."""
     nodes = np.asarray(nodes, dtype=np.int64)
     valid = nodes >= 0
     safe = np.maximum(nodes, 0)
     event = np.where(valid, graph.event[safe], -1)
     rank = np.where(valid, graph.rank[safe], -1)
     track = np.where(valid, graph.track[safe], -1)
+    if events is not None:
+        other = np.asarray(events, dtype=np.int64) >= 0
+        if other.any():
+            event = np.where(other, events, event)
+            ev_track = trace.events[S.TRACK].to_numpy()
+            track = np.where(other, ev_track[np.maximum(events, 0)], track)
     engines = trace.tracks[S.ENGINE].astype(str).to_numpy()
     if len(nodes):  # taken by code through Arrow (see texts_by_code)
         engine = texts_by_code([*engines, ""], np.where(track >= 0, track, len(engines)))
