@@ -94,7 +94,7 @@ class BottleneckEngine(Rule):
                 message=(
                     f"The {engine} engine bounds rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}: "
                     f"busy {fmt_ns(by_rank[r0][engine])} against the tensor engine's {fmt_ns(by_rank[r0].get('tensor', 0))} "
-                    f"on rank {r0}, and the critical path runs {fmt_ns(impact)} on it ({ctx.pct(impact)}% of the step). "
+                    f"on rank {r0}, and the critical path runs {fmt_ns(impact)} on it ({ctx.share(impact)}). "
                     f"Balanced with the tensor engine the step would be {fmt_ns(saving)} shorter."
                 ),
                 ranks=tuple(ranks),

@@ -102,7 +102,7 @@ class SmallMatmulTiles(Rule):
                 message=(
                     f"{len(grp)} MATMULs on {_ranks(ranks)}{where} use {shape} of the "
                     f"{array[r0][0]:.0f}x{array[r0][1]:.0f} PE array ({pct:.0f}%); they hold the "
-                    f"critical path {fmt_ns(impact)} ({ctx.pct(impact)}% of the step). At "
+                    f"critical path {fmt_ns(impact)} ({ctx.share(impact)}). At "
                     f"full-array efficiency the step would be {fmt_ns(saving)} shorter."
                 ),
                 ranks=ranks,

@@ -101,7 +101,7 @@ class RedundantTransposes(Rule):
                 message=(
                     f"{len(grp)} tensor-engine transposes on {_ranks(ranks)}{where} are "
                     f"redundant ({' and '.join(parts)}); they hold the critical path "
-                    f"{fmt_ns(impact)} ({ctx.pct(impact)}% of the step). Without them the step "
+                    f"{fmt_ns(impact)} ({ctx.share(impact)}). Without them the step "
                     f"would be {fmt_ns(saving)} shorter."
                 ),
                 ranks=ranks,

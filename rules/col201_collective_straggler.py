@@ -189,7 +189,7 @@ def _path_wait(ctx, impact: int) -> str:
     """Today's cost of the waits on the critical path, or that the path does not run through
     them (the replay's saving then comes from the rank's pace alone)."""
     if impact:
-        return f"the others wait {fmt_ns(impact)} on the critical path ({ctx.pct(impact)}% of the step)."
+        return f"the others wait {fmt_ns(impact)} on the critical path ({ctx.share(impact)})."
     return "today's critical path does not run through the others' waits for it."
 
 

@@ -114,7 +114,7 @@ class ExposedCommunication(Rule):
                 busbw, bw_txt = float("nan"), ""
                 severity = min(severity, Severity.INFO)
                 partial = (
-                    f" Only {n} of the group's {group} ranks are in the inputs: this time "
+                    f" Only {n} of the group's {group} ranks {'is' if n == 1 else 'are'} in the inputs: this time "
                     "includes waiting for the missing ones, which overlap would not remove."
                 )
             else:
@@ -123,17 +123,18 @@ class ExposedCommunication(Rule):
                 bw_txt = bus_bandwidth_text(busbw, link)
                 partial = ""
             n_inst = int(grp["coll_key"].nunique())
+            kind, op_name = _kind_words(ctx, op, body, n_inst)
             yield ctx.finding(
                 self,
                 severity=severity,
                 message=(
-                    f"On rank {rank}, {plural(n_inst, f'{op} transfer')} {'runs' if n_inst == 1 else 'run'} on the critical path "
-                    f"with no compute beside {'it' if n_inst == 1 else 'them'} for {fmt_ns(impact)} ({ctx.pct(impact)}% of the step){bw_txt}. "
+                    f"On rank {rank}, {kind} {'runs' if n_inst == 1 else 'run'} on the critical path "
+                    f"with no compute beside {'it' if n_inst == 1 else 'them'} for {fmt_ns(impact)} ({ctx.share(impact)}){bw_txt}. "
                     f"Fully overlapped with compute the step would be {fmt_ns(saving)} shorter.{partial}"
                 ),
                 ranks=(int(rank),),
                 engine="cc",
-                op=op,
+                op=op_name,
                 start_ns=int(grp["start_ns"].min()),
                 end_ns=int(grp["end_ns"].max()),
                 impact_ns=impact,
@@ -151,6 +152,21 @@ class ExposedCommunication(Rule):
                     "coll_keys": grp["coll_key"].head(20).astype(int).tolist(),
                 },
             )
+
+
+def _kind_words(ctx, op: str, body: pd.DataFrame, n_inst: int) -> tuple[str, str]:
+    """How the message counts the transfers and the finding's ``op``: ``"3 AllReduce
+    transfers"``, ``"AllReduce"``; when the trace names no operation (the reader's
+    ``"Unknown"``: a generic kernel such as ``ncclDevKernel_Generic`` with no collective name
+    beside it), ``"3 collective transfers of unknown kind (kernel ncclDevKernel_Generic)"`` and
+    the kernel's name, which a user can search the trace for."""
+    if op != "Unknown":
+        return plural(n_inst, f"{op} transfer"), op
+    names = ctx.trace.events[S.NAME].iloc[body[S.EVENT].to_numpy()].astype(str)
+    # The name less its argument list (``ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)``).
+    kernel = names.mode().iat[0].split("(", 1)[0] if len(names) else ""
+    words = plural(n_inst, "collective transfer") + " of unknown kind"
+    return (f"{words} (kernel {kernel})", kernel) if kernel else (words, op)
 
 
 def _listed_size(body: pd.DataFrame) -> int:

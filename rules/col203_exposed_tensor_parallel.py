@@ -129,7 +129,7 @@ class ExposedTensorParallel(Rule):
                 f"{plural(n_inst, f'tensor-parallel {op} transfer')} over "
                 f"{plural(len(layers), 'layer')} {'runs' if n_inst == 1 else 'run'} on the critical path "
                 f"with no compute beside {'it' if n_inst == 1 else 'them'} for "
-                f"{fmt_ns(impact)} ({ctx.pct(impact)}% of the step)"
+                f"{fmt_ns(impact)} ({ctx.share(impact)})"
                 f"{bus_bandwidth_text(busbw, link)}. Hidden behind compute the step would be "
                 f"{fmt_ns(saving)} shorter."
             ),

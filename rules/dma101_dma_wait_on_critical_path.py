@@ -158,7 +158,7 @@ class DmaWaitOnCriticalPath(Rule):
                 severity=sev,
                 message=(
                     f"The {engine_label(engine)} of rank {rank} waited {fmt_ns(impact)} "
-                    f"({ctx.pct(impact)}% of the step) on the critical path for "
+                    f"({ctx.share(impact)}) on the critical path for "
                     f"{dma_source(queue, direction, on_stream)}{layer_txt}: "
                     f"{fmt_ns(wait_ns)} queued after its trigger and {fmt_ns(impact - wait_ns)} "
                     f"transferring {pace_txt}"

@@ -99,8 +99,7 @@ class SmallDmaTransfers(Rule):
                     f"{len(grp) // n_ranks} transfers averaging {fmt_bytes(nbytes / len(grp))} (below "
                     f"{fmt_bytes(opts['max_bytes'])}) at {fmt_bw(achieved)}"
                     + (f" against their typical {fmt_bw(typ)}" if typ == typ else "")
-                    + f"; they hold the critical path {fmt_ns(impact)} ({ctx.pct(impact)}% of the "
-                    f"step)"
+                    + f"; they hold the critical path {fmt_ns(impact)} ({ctx.share(impact)})"
                     + (
                         f": {fmt_ns(moving)} transferring and {fmt_ns(setup)} in the setup gaps "
                         "between them"

@@ -88,7 +88,7 @@ class LowDmaBandwidth(Rule):
                     f"at {fmt_bw(achieved)} while busy, {100 * achieved / peak:.0f}% of the "
                     f"{fmt_bw(peak)} {_peak_name(peak_kind, on_stream)}; "
                     f"{'they hold' if on_stream else 'it holds'} the critical path "
-                    f"{fmt_ns(impact)} ({ctx.pct(impact)}% of the step), and at the peak the step "
+                    f"{fmt_ns(impact)} ({ctx.share(impact)}), and at the peak the step "
                     f"would be {fmt_ns(peak_saving)} shorter (the gap to the hardware, not a peer "
                     f"what-if){why}."
                 ),

@@ -102,7 +102,7 @@ class DmaTransferEfficiency(Rule):
                     f"{_ranks(ranks)} ({queue}){src} move at {fmt_bw(achieved)}, "
                     f"{100 * achieved / typical:.0f}% of the {fmt_bw(typical)} transfers of their "
                     f"size reach in this trace; they hold the critical path {fmt_ns(impact)} "
-                    f"({ctx.pct(impact)}% of the step). At that bandwidth the step would be "
+                    f"({ctx.share(impact)}). At that bandwidth the step would be "
                     f"{fmt_ns(saving)} shorter."
                 ),
                 ranks=ranks,

@@ -97,7 +97,7 @@ class RedundantDmaTransfers(Rule):
                     f"Tensor {tensor} ({fmt_bytes(tensor_size)}) is moved {times:.1f} times per "
                     f"step on {_ranks(ranks)} ({fmt_bytes(excess / steps)} per step more than "
                     f"once) in {len(reps)} repeated transfers{where}; they hold the critical "
-                    f"path {fmt_ns(impact)} ({ctx.pct(impact)}% of the step). Without the "
+                    f"path {fmt_ns(impact)} ({ctx.share(impact)}). Without the "
                     f"repeats the step would be {fmt_ns(saving)} shorter."
                 ),
                 ranks=ranks,

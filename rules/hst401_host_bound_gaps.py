@@ -118,7 +118,7 @@ class HostBoundGaps(Rule):
                     f"The host of rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} stalls "
                     f"{fmt_ns(int((g.gap[n] - busy[members]).max()))} before launching more work{f' ({layer})' if layer else ''} "
                     f"while the device idles; the critical path spends {fmt_ns(impact)} on the host there "
-                    f"({ctx.pct(impact)}% of the step). With the host's typical delay the step would be "
+                    f"({ctx.share(impact)}). With the host's typical delay the step would be "
                     f"{fmt_ns(saving)} shorter{why}."
                 ),
                 ranks=ranks,
@@ -143,7 +143,7 @@ class HostBoundGaps(Rule):
                 self,
                 severity=Severity.INFO,
                 message=(
-                    f"The critical path spends {fmt_ns(impact)} ({ctx.pct(impact)}% of the step) on the host side "
+                    f"The critical path spends {fmt_ns(impact)} ({ctx.share(impact)}) on the host side "
                     "(launch calls, launch latency, CPU time between launches, syncs), evenly: no single stall "
                     "stands out, so the step is launch-bound rather than stalled."
                 ),

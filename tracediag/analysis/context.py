@@ -26,6 +26,7 @@ from tracediag.graph.inferred_edges import infer_edges
 from tracediag.graph.replay import WhatIf, joint, replay
 from tracediag.model import schema as S
 from tracediag.model.findings import Finding, Severity
+from tracediag.model.wording import share_of_path
 
 
 @dataclass
@@ -115,6 +116,17 @@ class Analysis:
     def pct(self, ns: float) -> float:
         """``ns`` as a percentage of the critical path, rounded to 0.01."""
         return round(100.0 * ns / self.length_ns, 2) if self.length_ns else 0.0
+
+    @property
+    def n_steps(self) -> int:
+        """Steps the critical path spans: the most steps any rank has in its window (1 when
+        the trace numbers none)."""
+        return max(self.steps.values(), default=1) if self.steps else 1
+
+    def share(self, ns: float) -> str:
+        """``ns`` as a share of what the path covers, for messages: ``"12.5% of the step"``,
+        or ``"53.68% of the 5-step critical path"`` over several steps (wording.py)."""
+        return share_of_path(self.pct(ns), self.n_steps)
 
     @cached_property
     def _body_node_by_event(self) -> np.ndarray:

@@ -107,6 +107,16 @@ PROFILES: dict[str, Hardware] = {
     "trn2-lnc2": _neuron("trn2 (NeuronCore-v3)", _TRN2, 2, 2900 * _G, 1024 * _G, 30 * _G),
     "trn3": _neuron("trn3 (NeuronCore-v4)", _TRN3, 1, 4900 * _G, 2560 * _G, 30 * _G),
     "trn3-lnc2": _neuron("trn3 (NeuronCore-v4)", _TRN3, 2, 4900 * _G, 2560 * _G, 30 * _G),
+    # NVIDIA Tesla V100 datasheet (V100 SXM2, 16 and 32 GB alike): tensor (FP16) 125, FP32
+    # 15.7, FP64 7.8 TFLOPS; HBM2 900 GB/s; NVLink 300 GB/s. Volta has no BF16 or TF32. Its
+    # host link is PCIe 3.0 x16, ~16 GB/s. The PCIe card (14 FP32, 112 tensor) is not this one.
+    "v100-sxm2": Hardware(
+        "NVIDIA V100 SXM2",
+        {"fp16": 125 * _T, "fp32": 15.7 * _T, "fp64": 7.8 * _T},
+        hbm_bw=900 * _G,
+        link_bw=300 * _G,
+        dma_queue_bw=16 * _G,
+    ),
     # NVIDIA A100 datasheet (dense): FP32 is the CUDA-core rate, TF32/BF16 the tensor cores'.
     "a100": Hardware(
         "NVIDIA A100 SXM",
@@ -230,6 +240,7 @@ _PATTERNS = [
     (r"\btrn2", "trn2"),
     (r"\btrn1", "trn1"),
     (r"\binf2", "inf2"),
+    (r"v100[- ]?sxm2", "v100-sxm2"),  # "Tesla V100-SXM2-32GB" (Kineto deviceProperties)
     (r"a100", "a100"),
     (r"h200", "h200"),
     (r"h100", "h100"),

@@ -15,7 +15,7 @@ tiling's: its device work ends later by the queue the host ran ahead with (158 m
 ``kineto_negative_queue_rank0``), which each earlier step passed on to the next. Where it has
 no host events (a Neuron execution) it ends at the last end of its own events. A step that holds nothing
 but its marker (the ``ProfilerStep#N`` that ``prof.stop()`` closes at once, 49 µs on
-``kineto_amd_mi250_minitoy``) is no step. A trace without step numbers is one step: each rank's window
+``kineto_amd_mi250_minitoy``) is no step; the reports say how many they leave out. A trace without step numbers is one step: each rank's window
 (the dependency graph's window: its device work; every node of a host-only trace). When some
 ranks number their steps and others do not, the job's steps are the numbered ones.
 
@@ -79,6 +79,8 @@ OUTLIER_RULE = (
 )
 #: A finding is in a step when they share this much of the shorter of the two (steps.seen).
 SEEN_MIN_SHARE = 0.05
+#: ``rank_steps``' ``attrs`` key: the step numbers left out as marker only on every rank.
+EMPTY_STEPS = "empty_steps"
 #: Breakdown columns of a rank's step (ns), as the report names them.
 BREAKDOWN = ("compute", "communication", "memory", "idle")
 #: What a cause may name, from the breakdown: the column and the words for it.
@@ -94,12 +96,14 @@ _CAUSE_LABEL = {
 def rank_steps(trace: S.Trace, graph: Graph) -> pd.DataFrame:
     """One row per (rank, step), in rank then time order: ``rank``, ``number`` (the trace's step
     number; NaN for a rank without numbered steps, whose one step is its window), ``start_ns``,
-    ``end_ns`` and ``step_ns`` (see the module docstring)."""
+    ``end_ns`` and ``step_ns`` (see the module docstring). ``attrs["empty_steps"]``: the
+    numbers of the steps left out because they hold nothing but their marker on every rank."""
     ev = trace.events
     step = ev[S.STEP].to_numpy(dtype=np.float64) if S.STEP in ev and len(ev) else np.empty(0)
     has = np.flatnonzero(np.isfinite(step))
     parts = []
     numbered: set[int] = set()
+    empty: list[float] = []
     if len(has):
         start = ev[S.TS].to_numpy()[has]
         end = start + ev[S.DUR].to_numpy()[has]
@@ -137,7 +141,10 @@ def rank_steps(trace: S.Trace, graph: Graph) -> pd.DataFrame:
         # A step of nothing but its marker (the ProfilerStep that prof.stop() closes at once)
         # is no step, unless the rank has no other.
         busy = g.groupby("rank")["work"].transform("max") > 0
-        g = g[(g["work"] > 0) | ~busy]
+        kept = (g["work"] > 0) | ~busy
+        # The numbers left out on every rank, so the reports can say so.
+        empty = sorted(set(g.loc[~kept, "number"]) - set(g.loc[kept, "number"]))
+        g = g[kept]
         g = g.sort_values(["rank", "start_ns"], kind="stable", ignore_index=True)
         rank = g["rank"].to_numpy()
         number = g["number"].to_numpy()
@@ -172,6 +179,7 @@ def rank_steps(trace: S.Trace, graph: Graph) -> pd.DataFrame:
     out = out.sort_values(["rank", "start_ns"], kind="stable", ignore_index=True)
     out = out.astype({"rank": "int64", "start_ns": "int64", "end_ns": "int64"})
     out["step_ns"] = out["end_ns"] - out["start_ns"]
+    out.attrs[EMPTY_STEPS] = [int(n) for n in empty]
     return out
 
 
@@ -216,6 +224,7 @@ class JobSteps:
     table: pd.DataFrame
     by_rank: pd.DataFrame
     marked: bool  # the trace numbers its steps (else one step: the window)
+    empty: tuple[int, ...] = ()  # numbers of the marker-only steps left out (rank_steps)
 
     @property
     def n(self) -> int:
@@ -250,6 +259,7 @@ class JobSteps:
             "outliers": self.table.index[self.table["outlier"]].tolist(),
             "outlier_above_ns": None if above is None else int(round(above)),
             "outlier_rule": OUTLIER_RULE,
+            "empty_steps": list(self.empty),
         }
 
     def to_dicts(self) -> list[dict]:
@@ -312,6 +322,7 @@ class JobSteps:
 def job_steps(trace: S.Trace, by_rank: pd.DataFrame, path_segments: pd.DataFrame) -> JobSteps:
     """The job's steps from :func:`rank_steps`' rows and the critical path's segments."""
     marked = bool(by_rank["number"].notna().any()) if len(by_rank) else False
+    empty = tuple(by_rank.attrs.get(EMPTY_STEPS, ()))
     br = by_rank[by_rank["number"].notna()] if marked else by_rank
     key = br["number"].fillna(-1.0)
     g = br.groupby(key.to_numpy(), sort=False).agg(
@@ -339,7 +350,7 @@ def job_steps(trace: S.Trace, by_rank: pd.DataFrame, path_segments: pd.DataFrame
     table["cause"] = None
     causes = _causes(table, br, path)
     table["cause"] = [causes.get(i) for i in range(len(table))]
-    return JobSteps(table=table, by_rank=br, marked=marked)
+    return JobSteps(table=table, by_rank=br, marked=marked, empty=empty)
 
 
 def _overlap_pairs(start, end, win_start, win_end):

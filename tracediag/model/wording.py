@@ -84,3 +84,12 @@ def typical_pace(direction: str, on_stream: bool) -> str:
     if not on_stream:
         return "the queue's typical bandwidth"
     return f"the stream's typical bandwidth for {DIRECTION_WORDS.get(direction, 'copies')}"
+
+
+def share_of_path(pct: float, n_steps: int) -> str:
+    """``"12.5% of the step"`` when the critical path is one step; ``"53.68% of the 5-step
+    critical path"`` when it spans several, where a share of "the step" would read as a share
+    of one step's time and could pass 100% of it."""
+    if n_steps > 1:
+        return f"{pct}% of the {n_steps}-step critical path"
+    return f"{pct}% of the step"

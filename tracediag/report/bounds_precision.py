@@ -4,6 +4,7 @@ report's ``bounds`` and ``precision`` (absent from older saved reports: no secti
 from __future__ import annotations
 
 from tracediag.model.units import fmt_ns
+from tracediag.model.wording import ranks_label
 
 #: The bounds shown, one column each, with their headers.
 _BOUNDS = (
@@ -27,11 +28,38 @@ def _flops(x: float) -> str:
     return f"{x / 1e12:,.2f} TFLOP" if x >= 1e12 else f"{x / 1e9:,.1f} GFLOP"
 
 
+def _no_device(b: dict) -> bool:
+    """A rank with no device engine work (a host-only trace): an empty window, no bottleneck
+    (as ``tracediag bounds`` tells them)."""
+    return (b["window"]["total_ns"] or 0) <= 0 and not b["bottleneck"]
+
+
+def device_bounds(report: dict) -> list[dict]:
+    """The report's ``bounds`` of the ranks with device work: the rows of :func:`bounds_rows`."""
+    return [b for b in report.get("bounds") or [] if not _no_device(b)]
+
+
+def bounds_note(report: dict) -> str:
+    """The line that stands for the ranks left out of the bounds table: ``"No device work on
+    ranks 0-3: bounds need device engine events (DMA, matrix, vector)."`` when no rank has
+    any, ``"No device work on rank 2: no bounds."`` for some; ``""`` when none is left out."""
+    idle = [int(b["rank"]) for b in report.get("bounds") or [] if _no_device(b)]
+    if not idle:
+        return ""
+    if len(idle) == len(report["bounds"]):
+        return (
+            f"No device work on {ranks_label(idle)}: bounds need device engine events (DMA,"
+            " matrix, vector)."
+        )
+    return f"No device work on {ranks_label(idle)}: no bounds."
+
+
 def bounds_rows(report: dict) -> tuple[list[str], list[list[str]]]:
-    """Header and one row per rank: window, the bounds, bottleneck engine and binding family."""
+    """Header and one row per rank with device work (:func:`device_bounds`; the others are
+    :func:`bounds_note`'s line): window, the bounds, bottleneck engine and binding family."""
     header = ["rank", "window", *(h for _, h in _BOUNDS), "bottleneck"]
     rows = []
-    for b in report.get("bounds") or []:
+    for b in device_bounds(report):
         bottleneck = f"{b['bottleneck']} ({b['binding']})" if b["bottleneck"] else "-"
         values = [_ns(b["bounds_ns"][k]) for k, _ in _BOUNDS]
         rows.append([str(b["rank"]), _ns(b["window"]["total_ns"]), *values, bottleneck])
@@ -51,14 +79,16 @@ def text_lines(report: dict, width: int, heading=str) -> list[str]:
     """The two sections for the terminal report (empty when the report has neither); lines cut
     at ``width``; ``heading`` styles the titles."""
     out: list[str] = []
-    for title, (header, rows) in (
-        ("Bounds per rank (gaps and sources: tracediag bounds)", bounds_rows(report)),
-        ("Matmuls by numeric format", precision_rows(report)),
+    note = bounds_note(report)
+    for title, (header, rows), extra in (
+        ("Bounds per rank (gaps and sources: tracediag bounds)", bounds_rows(report), note),
+        ("Matmuls by numeric format", precision_rows(report), ""),
     ):
-        if not rows:
+        if not rows and not extra:
             continue
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-        out += [heading(title), *(_line(r, widths)[:width] for r in [header, *rows]), ""]
+        table = [_line(r, widths)[:width] for r in [header, *rows]] if rows else []
+        out += [heading(title), *table, *([f"  {extra}"[:width]] if extra else []), ""]
     return out
 
 
@@ -72,13 +102,17 @@ def markdown_lines(report: dict, table) -> list[str]:
     """The two sections as Markdown; ``table`` is the report's table maker."""
     out: list[str] = []
     header, rows = bounds_rows(report)
+    note = bounds_note(report)
     if rows:
         out += [
             "### Bounds per rank",
             "",
             *table(header, rows, "l" + "r" * (len(header) - 2) + "l"),
         ]
-        out += ["", "Gaps, peaks and their sources: `tracediag bounds --format json`.", ""]
+        out += ["", *([note, ""] if note else [])]
+        out += ["Gaps, peaks and their sources: `tracediag bounds --format json`.", ""]
+    elif note:
+        out += ["### Bounds per rank", "", note, ""]
     header, rows = precision_rows(report)
     if rows:
         out += ["### Matmuls by numeric format", "", *table(header, rows, "llrrr"), ""]

@@ -10,7 +10,13 @@ from statistics import median
 
 from tracediag.model.units import fmt_ns
 from tracediag.model.wording import rank_list, ranks_label
-from tracediag.report.bounds_precision import BOUND_KEYS, bounds_rows, precision_rows
+from tracediag.report.bounds_precision import (
+    BOUND_KEYS,
+    bounds_note,
+    bounds_rows,
+    device_bounds,
+    precision_rows,
+)
 from tracediag.report.html_steps import steps_section
 from tracediag.report.labels import severity_counts, total_saving, window
 from tracediag.report.step_lines import has_steps
@@ -249,7 +255,7 @@ def _bounds(report: dict) -> str:
     header, rows = bounds_rows(report)
     if rows:
         cells = []
-        for b, row in zip(report["bounds"], rows, strict=True):
+        for b, row in zip(device_bounds(report), rows, strict=True):
             total = b["window"]["total_ns"] or 0
             line = [escape(row[0]), escape(row[1])]
             for key, color, text in zip(BOUND_KEYS, BOUND_COLORS, row[2:-1], strict=True):
@@ -266,6 +272,9 @@ def _bounds(report: dict) -> str:
             "(pipeline). Gaps and sources: <code>tracediag bounds --format json</code>.</p>",
             _table(header, cells, text=(0, len(header) - 1)),
         ]
+    if note := bounds_note(report):  # the ranks without device work, in one line
+        out += [] if rows else ["<h2>Bounds per rank</h2>"]
+        out.append(f'<p class="muted">{escape(note)}</p>')
     header, rows = precision_rows(report)
     if rows:
         esc = [[escape(c) for c in r] for r in rows]

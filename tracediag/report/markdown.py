@@ -12,6 +12,7 @@ from tracediag.report.step_lines import (
     has_steps,
     no_outlier_text,
     outlier_texts,
+    shows_steps,
     steps_headline,
     steps_seen,
 )
@@ -166,6 +167,8 @@ def render_markdown(report: dict) -> str:
     out = [f"## {tool['name']} report", "", *_summary(report), "", *_ranks(report), ""]
     if has_steps(report):
         out += ["### Steps", "", *_steps(report)]
+    elif shows_steps(report):  # one step, and marker-only ones left out: say so
+        out += ["### Steps", "", steps_headline(report) + ".", ""]
     out += [f"### Critical path ({fmt_ns(cp['length_ns'])})", "", *_critical_path(report), ""]
     out += bounds_markdown(report, _table)
     out += ["### Findings, by what-if saving", "", *_findings(report), ""]

@@ -20,14 +20,40 @@ def step_name(step: dict) -> str:
 
 
 def steps_headline(report: dict) -> str:
-    """``6 steps (5 to 10): typical (median) 155.0 ms, p90 164.4 ms, max 167.7 ms``."""
+    """``6 steps (5 to 10): typical (median) 155.0 ms, p90 164.4 ms, max 167.7 ms``, then the
+    marker-only steps left out (:func:`left_out_text`); one step: ``1 step (1): 9.288 ms``."""
     s = report["step_summary"]
     numbers = [st["number"] for st in report["steps"] if st.get("number") is not None]
-    span = f" ({min(numbers)} to {max(numbers)})" if numbers else ""
-    return (
-        f"{plural(s['n'], 'step')}{span}: typical (median) {fmt_ns(s['typical_ns'])},"
-        f" p90 {fmt_ns(s['p90_ns'])}, max {fmt_ns(s['max_ns'])}"
+    span = ""
+    if numbers:
+        low, high = min(numbers), max(numbers)
+        span = f" ({low})" if low == high else f" ({low} to {high})"
+    times = (
+        f"typical (median) {fmt_ns(s['typical_ns'])}, p90 {fmt_ns(s['p90_ns'])},"
+        f" max {fmt_ns(s['max_ns'])}"
+        if s["n"] > 1
+        else fmt_ns(s["typical_ns"])
     )
+    left_out = left_out_text(report)
+    return f"{plural(s['n'], 'step')}{span}: {times}" + (f"; {left_out}" if left_out else "")
+
+
+def left_out_text(report: dict) -> str:
+    """``1 empty step (marker only: step 2) left out``: the steps that hold nothing but their
+    ``ProfilerStep`` marker (the one ``prof.stop()`` closes at once), which no figure counts;
+    ``""`` when none (or in a report saved before they were listed)."""
+    empty = (report.get("step_summary") or {}).get("empty_steps") or []
+    if not empty:
+        return ""
+    word = "step" if len(empty) == 1 else "steps"
+    which = ", ".join(map(str, empty))
+    return f"{plural(len(empty), 'empty step')} (marker only: {word} {which}) left out"
+
+
+def shows_steps(report: dict) -> bool:
+    """Whether the text and Markdown reports print a Steps section: for several steps, or for
+    one when steps were left out (so the report says so)."""
+    return has_steps(report) or bool(left_out_text(report))
 
 
 def outlier_texts(report: dict) -> list[str]:

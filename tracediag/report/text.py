@@ -17,6 +17,7 @@ from tracediag.report.step_lines import (
     has_steps,
     no_outlier_text,
     outlier_texts,
+    shows_steps,
     steps_headline,
     steps_seen,
 )
@@ -262,6 +263,8 @@ def render_text(report: dict, *, color: bool = False, width: int = WIDTH) -> str
     out += [style.heading("Ranks"), *_ranks(report, width), ""]
     if has_steps(report):
         out += [style.heading("Steps"), *_steps(report, width), ""]
+    elif shows_steps(report):  # one step, and marker-only ones left out: say so
+        out += [style.heading("Steps"), *_wrap(steps_headline(report) + ".", 2, 4, width), ""]
     out += [
         style.heading(f"Critical path: {fmt_ns(cp['length_ns'])}, by category"),
         *_critical_path(report, width),

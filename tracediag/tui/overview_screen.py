@@ -12,7 +12,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from tracediag.model.units import fmt_ns
 from tracediag.model.wording import plural, rank_list
-from tracediag.report.bounds_precision import bounds_rows, precision_rows
+from tracediag.report.bounds_precision import bounds_note, bounds_rows, precision_rows
 from tracediag.report.labels import layout_label, severity_counts
 from tracediag.tui.findings_screen import finding_cells
 from tracediag.tui.styles import CATEGORY_COLOR
@@ -159,9 +159,13 @@ class OverviewScreen(Screen):
             yield Static(_ranks_line(report), id="layout")
             yield Static(_ranks_table(report), id="ranks")
             header, rows = bounds_rows(report)  # none in reports saved before bounds existed
-            if rows:
+            note = bounds_note(report)  # the ranks without device work, in one line
+            if rows or note:
                 yield Static("Bounds per rank (tracediag bounds: gaps, sources)", classes="heading")
+            if rows:
                 yield Static(rows_table(header, rows, (0, len(header) - 1)), id="bounds")
+            if note:
+                yield Static(note, id="bounds-note")
             header, rows = precision_rows(report)
             if rows:
                 yield Static("Matmuls by numeric format", classes="heading")
