@@ -85,6 +85,8 @@ from tracediag.parsers.neuron_parquet_tables import (
     table_files,
 )
 from tracediag.parsers.neuron_part import build_part
+from tracediag.parsers.neuron_semaphores import TEXT_COLUMNS as SEMAPHORE_TEXT
+from tracediag.parsers.neuron_semaphores import read_updates
 
 INSTRUCTION_COLUMNS = [
     "start_ts", "end_ts", "duration_ns", "engine", "pcore_idx", "opcode", "id", "hlo_name", "layer",
@@ -218,6 +220,12 @@ def _read_profile(path: Path, rank: int, rank_source: str) -> RankPart:
     return part
 
 
+def _unread(files: list[Path], columns: tuple[str, ...], frame: pd.DataFrame):
+    """The ``columns`` of a table that ``frame`` (read from it) lacks; None when it has all."""
+    unread = [c for c in columns if c not in frame]
+    return read_table(files, unread) if unread else None
+
+
 def _time_base(frames: list[pd.DataFrame | None], metadata: dict) -> int:
     """The profile start on the events' time base: Metadata ``first_hw_timestamp`` when the
     events are on the device clock (none starts before it), else 0 (profile-relative times)."""
@@ -301,5 +309,7 @@ def _events_part(
         {"instruction": instr, "dma": dma, "cc": cc},
         {"instruction": "Instruction", "dma": dma_table, "cc": "CcOp"},
         lambda ids, _first: [flow_edges(flow, ids, meta)] if flow is not None else [],
+        read_updates(files.get("SemaphoreUpdate")),
+        _unread(files["Instruction"], SEMAPHORE_TEXT, instr) if instr is not None else None,
     )
     return part, spans

@@ -35,6 +35,7 @@ from tracediag.parsers.neuron_events import (
     trigger_edges,
 )
 from tracediag.parsers.neuron_flow import EventIds
+from tracediag.parsers.neuron_semaphores import semaphore_edges
 
 
 @dataclass
@@ -65,6 +66,8 @@ def build_part(
     tables: dict[str, pd.DataFrame | None],
     names: dict[str, str],
     explicit_edges: ExplicitEdges,
+    semaphores: pd.DataFrame | None = None,
+    semaphore_texts: pd.DataFrame | None = None,
 ) -> RankPart:
     """One rank's part from its ``instruction``, ``dma`` and ``cc`` tables (Parquet field
     names; None when absent). ``names`` says what each table is called in the source, for the
@@ -72,7 +75,10 @@ def build_part(
     transfer takes the layer its tensor's name states (:mod:`neuron_dma_layers`); the
     Instruction ``dma_trigger_*`` fields give the DMA edges no explicit edge records
     (:mod:`neuron_dma_triggers`); consecutive
-    packets of two queues on one DMA engine are ordered (:func:`neuron_dma.engine_order_edges`)."""
+    packets of two queues on one DMA engine are ordered (:func:`neuron_dma.engine_order_edges`);
+    instructions' semaphore waits depend on the event that satisfied them, from ``semaphores``
+    (the ``SemaphoreUpdate`` table; None when absent) and the instructions' operand texts
+    (``semaphore_texts``, row for row; None: the instruction table's) (:mod:`neuron_semaphores`)."""
     mappers = {"instruction": instruction_events, "dma": dma_events, "cc": cc_events}
     present = {k: t for k, t in tables.items() if t is not None}
     pieces = layout([Piece(names[k], mappers[k](t, device)) for k, t in present.items()])
@@ -86,6 +92,7 @@ def build_part(
     located = {k: (t, first[k]) for k, t in present.items()}
     ids = EventIds.build(meta, located.get("instruction"), located.get("dma"), located.get("cc"))
     edges = explicit_edges(ids, first)
+    edges.append(semaphore_edges(present, first, semaphores, meta, semaphore_texts))
     if "dma" in present and "instruction" in present:
         instr_ev = by_table["instruction"].events
         instr_ev[S.WAIT] = consumer_waits(present["instruction"], instr_ev[S.WAIT].to_numpy())

@@ -102,8 +102,12 @@ def test_slow_stage_is_named_by_pip602_and_pip601(jobs):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="PIP602's replay saves ~19% more than the re-simulation: the stages' inferred "
-    "waits do not hold every dependency the truth's counterfactual binds on (issue 14)",
+    reason="PIP602's replay saves 37,971 ns against the re-simulation's 32,027 (+18.6%): 9 of "
+    "the 48 receives reach no consumer. The writer names no wait on a received buffer (no "
+    "`$S[k]>=v` on the consuming instruction; only its S[15] SemaphoreUpdate row at the "
+    "completion), so a consumer that did not bind in the trace (6 on rank 2's backward) or "
+    "starts an engine's stream with evt_wait 0 (3 at act.mb0) leaves no evidence. With the "
+    "waits named, parsers/neuron_semaphores.py reads them and the saving is 31,829 (issue 14)",
 )
 def test_slow_stage_saving_within_tolerance_of_the_truth(jobs):
     trace, truth = jobs["pipeline_1f1b_slow_stage"]

@@ -1,0 +1,303 @@
+"""Semaphore waits of a Neuron profile as ``dependency`` edges: waiter -> the event it waited for.
+
+An engine instruction that waits on a semaphore names the condition in its operand text
+(``$S[45]>=16`` in ``compiler_operands``/``instruction_chain``, ``S[5] (Tensor)>=1`` in
+``operands``); it depends on the event whose update first made ``S[k] >= v`` true and kept it true
+until the instruction started. Where the semaphore's values come from, by what the profile has:
+
+- ``SemaphoreUpdate`` rows (``timestamp``, ``id`` such as ``S[15] (Pool)`` or a bare number,
+  ``value``): the binding update is the last one, at or before the waiter's start, that took the
+  value from below ``v`` to ``v`` or more. Its producer is the event of the same rank ending at
+  the update (within :data:`TOLERANCE_NS`): an instruction whose operands increment that
+  semaphore (``S[8]++@complete``) or a DMA transfer whose ``semaphore_id`` column names it,
+  else a collective (CC-core completions do not name their semaphore anywhere else).
+- no ``SemaphoreUpdate`` table: the semaphore counts the increments the profile names (the
+  instructions' ``S[k]++`` and the DMA rows' ``semaphore_id``) from 0, in end order; the
+  ``v``-th one is the producer.
+- no semaphore named in any operand text: nothing to read, no edge.
+
+Edges are recorded, not inferred (the profile states both ends), so they take the canonical kind
+``dependency`` (a data/semaphore dependency). Semaphores are one set per rank (``pcore_idx``
+is not told apart). ``meta.info["semaphore_waits"]`` counts the waits
+read, the edges made and the waits no update or producer explains.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tracediag.model import schema as S
+from tracediag.model.errors import TraceInputError
+from tracediag.parsers.neuron_common import column, labels
+from tracediag.parsers.neuron_events import times
+
+#: A semaphore update and the end of the event that made it are at most this far apart (ns).
+TOLERANCE_NS = 100
+#: Operand text columns that can name semaphore conditions and increments, in reading order.
+TEXT_COLUMNS = ("compiler_operands", "operands", "instruction_chain")
+
+#: The ``SemaphoreUpdate`` fields read (``id`` is text, ``S[15] (Pool)``, or a number).
+UPDATE_COLUMNS = ("timestamp", "id", "value", "update_source")
+#: ``update_source`` of updates that came over the AXI bus (DMA), never from a CC core.
+AXI = "axi"
+
+_WAIT = re.compile(r"\$?S\[(?P<sem>\d+)\](?:\s*\([^)]*\))?\s*>=\s*(?P<value>\d+)")
+_INCREMENT = re.compile(r"\$?S\[(?P<sem>\d+)\](?:\s*\([^)]*\))?\s*\+\+")
+_ID = re.compile(r"^\s*\$?S?\[?(\d+)\]?")
+
+
+def semaphore_edges(
+    tables: dict[str, pd.DataFrame],
+    first: dict[str, int],
+    updates: pd.DataFrame | None,
+    meta: S.RankMeta,
+    texts: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """Edges producer -> waiter for the semaphore waits of one rank's ``instruction`` table
+    (``tables``/``first``: the part builder's tables and their first event rows; ``updates``:
+    the ``SemaphoreUpdate`` table, None when absent; ``texts``: the instructions'
+    :data:`TEXT_COLUMNS` row for row, None: those of the instruction table). See the module
+    docstring."""
+    empty = pd.DataFrame({S.SRC: np.zeros(0, np.int64), S.DST: np.zeros(0, np.int64)})
+    instr = tables.get("instruction")
+    if instr is None or not len(instr):
+        return empty.assign(**{S.EDGE_KIND: "dependency"})
+    i_start, i_dur = times(instr)
+    i_ts = i_start.to_numpy(dtype=np.float64, na_value=np.nan)
+    i_end = i_ts + i_dur.to_numpy(dtype=np.float64, na_value=np.nan)
+    extra = texts if texts is not None and len(texts) == len(instr) else instr
+    texts = {c: v for c in TEXT_COLUMNS if (v := _first_of(c, extra, instr)) is not None}
+    waits = _matches(texts, len(instr), _WAIT, with_value=True)
+    if not len(waits):
+        return empty.assign(**{S.EDGE_KIND: "dependency"})
+    producers = _named_producers(texts, i_end, first["instruction"], tables, first)
+    if updates is not None and {"timestamp", "id", "value"} <= set(updates.columns):
+        values = _table_updates(updates)
+        values = _attribute(values, producers, tables, first)
+    else:
+        values = _counted_updates(producers)
+    waits["start"] = i_ts[waits["row"].to_numpy()]
+    waits = waits[np.isfinite(waits["start"].to_numpy())].reset_index(drop=True)
+    waits["dst"] = first["instruction"] + waits["row"].to_numpy()
+    src = _binding_source(waits, values)
+    ok = (src >= 0) & (src != waits["dst"].to_numpy())
+    meta.info["semaphore_waits"] = {
+        "read": int(len(waits)),
+        "edges": int(ok.sum()),
+        "unexplained": int((~ok).sum()),
+    }
+    return pd.DataFrame(
+        {
+            S.SRC: src[ok].astype(np.int64),
+            S.DST: waits["dst"].to_numpy(dtype=np.int64)[ok],
+            S.EDGE_KIND: "dependency",
+        }
+    )
+
+
+def read_updates(files: list[Path] | None) -> pd.DataFrame | None:
+    """The ``SemaphoreUpdate`` table's :data:`UPDATE_COLUMNS` (text as Categorical), None when
+    the table is absent; a part pyarrow cannot read is a TraceInputError naming it."""
+    if not files:
+        return None
+    frames = []
+    for path in files:
+        try:
+            pf = pq.ParquetFile(path)
+            table = pf.read(columns=[c for c in UPDATE_COLUMNS if c in pf.schema_arrow.names])
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            problem = " ".join(str(exc).split())[:200]
+            raise TraceInputError(path, f"corrupt Parquet file ({problem})") from None
+        if "id" in table.column_names and pa.types.is_string(table.schema.field("id").type):
+            ids = table.column("id").dictionary_encode()  # Categorical, not a str per row
+            table = table.set_column(table.column_names.index("id"), "id", ids)
+        frames.append(table.to_pandas())
+    return pd.concat(frames, ignore_index=True)
+
+
+def _first_of(name: str, *frames: pd.DataFrame) -> pd.Series | None:
+    """Column ``name`` of the first frame that has it."""
+    return next((c for f in frames if (c := column(f, name)) is not None), None)
+
+
+def _matches(
+    texts: dict[str, pd.Series], n: int, pattern: re.Pattern, with_value: bool
+) -> pd.DataFrame:
+    """(row, sem[, value]) of every semaphore token ``pattern`` finds in the text columns (of
+    ``n`` rows), once each; the regex runs on each column's distinct texts, not per row."""
+    found = []
+    for col in texts.values():
+        cat = labels(col, n)
+        hits = pd.Series(cat.categories.astype(str)).str.extractall(pattern)
+        if not len(hits):
+            continue
+        hits = hits.reset_index(level="match", drop=True).rename_axis("code").reset_index()
+        row = np.flatnonzero(np.isin(cat.codes, hits["code"].unique()))
+        rows = pd.DataFrame({"row": row, "code": np.asarray(cat.codes)[row]})
+        found.append(rows.merge(hits, on="code").drop(columns="code"))
+    keys = ["row", "sem", "value"] if with_value else ["row", "sem"]
+    if not found:
+        return pd.DataFrame({k: np.zeros(0, np.int64) for k in keys})
+    out = pd.concat(found, ignore_index=True)[keys].astype(np.int64)
+    return out.drop_duplicates().reset_index(drop=True)
+
+
+def _named_producers(
+    texts: dict[str, pd.Series],
+    i_end: np.ndarray,
+    instr_first: int,
+    tables: dict[str, pd.DataFrame],
+    first: dict[str, int],
+) -> pd.DataFrame:
+    """Events that name a semaphore they increment on completion: (sem, end, src)."""
+    inc = _matches(texts, len(i_end), _INCREMENT, with_value=False)
+    frames = [
+        pd.DataFrame(
+            {
+                "sem": inc["sem"].to_numpy(),
+                "end": i_end[inc["row"].to_numpy()],
+                "src": instr_first + inc["row"].to_numpy(),
+            }
+        )
+    ]
+    dma = tables.get("dma")
+    sid = column(dma, "semaphore_id") if dma is not None else None
+    if sid is not None:
+        sem = _semaphore_numbers(sid)
+        start, dur = times(dma)
+        end = start.to_numpy(dtype=np.float64, na_value=np.nan) + dur.to_numpy(
+            dtype=np.float64, na_value=np.nan
+        )
+        named = sem >= 0
+        frames.append(
+            pd.DataFrame(
+                {
+                    "sem": sem[named],
+                    "end": end[named],
+                    "src": first["dma"] + np.flatnonzero(named),
+                }
+            )
+        )
+    out = pd.concat(frames, ignore_index=True)
+    return out[np.isfinite(out["end"].to_numpy())].reset_index(drop=True)
+
+
+def _semaphore_numbers(ids: pd.Series) -> np.ndarray:
+    """``S[15] (Pool)``, ``$S[15]``, ``15`` -> 15; -1 where no number is given."""
+    cat = labels(ids, len(ids))
+    num = pd.Series(cat.categories.astype(str)).str.extract(_ID)[0]
+    per_cat = pd.to_numeric(num, errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
+    codes = np.asarray(cat.codes)
+    return np.where(codes >= 0, per_cat[np.maximum(codes, 0)], -1)
+
+
+def _table_updates(updates: pd.DataFrame) -> pd.DataFrame:
+    """The ``SemaphoreUpdate`` rows as (sem, ts, value, src=-1: producer not known yet)."""
+    ts = pd.to_numeric(updates["timestamp"], errors="coerce").to_numpy(dtype=np.float64)
+    value = pd.to_numeric(updates["value"], errors="coerce").to_numpy(dtype=np.float64)
+    sem = _semaphore_numbers(updates["id"])
+    ok = np.isfinite(ts) & np.isfinite(value) & (sem >= 0)
+    source = column(updates, "update_source")
+    axi = (
+        np.zeros(len(updates), dtype=bool)
+        if source is None
+        else (pd.Series(labels(source, len(updates))).str.lower() == AXI).to_numpy(dtype=bool)
+    )
+    return pd.DataFrame(
+        {
+            "sem": sem[ok],
+            "ts": ts[ok],
+            "value": value[ok],
+            "src": np.full(ok.sum(), -1),
+            "axi": axi[ok],
+        }
+    )
+
+
+def _counted_updates(producers: pd.DataFrame) -> pd.DataFrame:
+    """Without a SemaphoreUpdate table: each named increment adds 1, from 0, in end order."""
+    p = producers.sort_values(["sem", "end"], kind="stable").reset_index(drop=True)
+    value = p.groupby("sem").cumcount().to_numpy() + 1
+    return pd.DataFrame(
+        {"sem": p["sem"].to_numpy(), "ts": p["end"].to_numpy(), "value": value, "src": p["src"]}
+    )
+
+
+def _attribute(
+    values: pd.DataFrame,
+    producers: pd.DataFrame,
+    tables: dict[str, pd.DataFrame],
+    first: dict[str, int],
+) -> pd.DataFrame:
+    """Each update's producer: the event naming that semaphore whose end is nearest the update
+    (within the tolerance), else the collective ending nearest it (not for an update that came
+    over the AXI bus: a DMA's)."""
+    values = values.reset_index(drop=True)
+    values["ts"] = values["ts"].astype(np.float64)
+    order = np.argsort(values["ts"].to_numpy(), kind="stable")
+    left = values.iloc[order].reset_index().rename(columns={"index": "u"})
+    named = _nearest(left, producers, by="sem")
+    cc = tables.get("cc")
+    if cc is not None and len(cc):
+        start, dur = times(cc)
+        end = start.to_numpy(dtype=np.float64, na_value=np.nan) + dur.to_numpy(
+            dtype=np.float64, na_value=np.nan
+        )
+        ops = pd.DataFrame({"end": end, "src": first["cc"] + np.arange(len(cc))})
+        ops = ops[np.isfinite(ops["end"].to_numpy())]
+        from_cc = (named < 0) & ~left["axi"].to_numpy(dtype=bool)
+        named = np.where(from_cc, _nearest(left, ops, by=None), named)
+    src = np.full(len(values), -1, dtype=np.int64)
+    src[left["u"].to_numpy()] = named
+    values["src"] = src
+    return values
+
+
+def _nearest(left: pd.DataFrame, right: pd.DataFrame, by: str | None) -> np.ndarray:
+    """Per ``left`` row (sorted by ts): the ``src`` of the ``right`` row whose end is nearest
+    its ts within the tolerance, -1 where none."""
+    if not len(right):
+        return np.full(len(left), -1, dtype=np.int64)
+    right = right.sort_values("end", kind="stable")[["end", "src"] + ([by] if by else [])]
+    hit = pd.merge_asof(
+        left[["ts"] + ([by] if by else [])],
+        right.astype({"end": np.float64}),
+        left_on="ts",
+        right_on="end",
+        by=by,
+        direction="nearest",
+        tolerance=float(TOLERANCE_NS),
+    )
+    return hit["src"].fillna(-1).to_numpy(dtype=np.int64)
+
+
+def _binding_source(waits: pd.DataFrame, values: pd.DataFrame) -> np.ndarray:
+    """Per wait (sem, value, start): the producer of the last update at or before the start
+    that took the semaphore from below the wanted value to it or above,
+    provided the value still held at the start; -1 where none. One pass per distinct
+    (semaphore, wanted value) pair, vectorised over that pair's waits."""
+    out = np.full(len(waits), -1, dtype=np.int64)
+    if not len(values):
+        return out
+    values = values.sort_values(["sem", "ts"], kind="stable")
+    by_sem = {int(k): g for k, g in values.groupby("sem", sort=False)}
+    starts = waits["start"].to_numpy()
+    for (sem, want), idx in waits.groupby(["sem", "value"], sort=False).indices.items():
+        g = by_sem.get(int(sem))
+        if g is None:
+            continue
+        ts, val, src = g["ts"].to_numpy(), g["value"].to_numpy(), g["src"].to_numpy()
+        sat = val >= want
+        crossing = np.flatnonzero(sat & ~np.r_[False, sat[:-1]])
+        start = starts[idx]
+        last = np.searchsorted(ts, start, side="right") - 1  # the value at the start
+        k = np.searchsorted(ts[crossing], start, side="right") - 1
+        ok = (k >= 0) & (last >= 0) & sat[np.maximum(last, 0)]
+        out[idx[ok]] = src[crossing[k[ok]]]
+    return out
