@@ -23,7 +23,11 @@ TOLERANCE = 0.15
 def jobs(tmp_path_factory):
     """name -> (loaded trace, truth), written once."""
     out = {}
-    for name in ("tp_exposed_allreduce", "pipeline_1f1b_slow_stage"):
+    for name in (
+        "tp_exposed_allreduce",
+        "pipeline_1f1b_slow_stage",
+        "pipeline_1f1b_slow_stage_semaphores",
+    ):
         root = tmp_path_factory.mktemp(name)
         truth = write_scenario(name, root, formats=("parquet",))
         paths = [root / p for p in truth["files"]["parquet"].values()]
@@ -114,6 +118,19 @@ def test_slow_stage_saving_within_tolerance_of_the_truth(jobs):
     fault = _fault(truth, "slow_pipeline_stage")
     (slow,) = [f for f in diagnose(trace).findings if f.code == "PIP602"]
     assert abs(slow.saving_ns - fault["saving_ns"]) <= TOLERANCE * fault["saving_ns"]
+
+
+def test_slow_stage_saving_when_consumers_name_their_semaphore_waits(jobs):
+    """The same job, its consumers naming the CC completion they wait on (`S[15] (Pool)>=v` in
+    `operands`, as the reference shows): every wait binds and PIP602 is within tolerance."""
+    trace, truth = jobs["pipeline_1f1b_slow_stage_semaphores"]
+    fault = _fault(truth, "slow_pipeline_stage")
+    (slow,) = [f for f in diagnose(trace).findings if f.code == "PIP602"]
+    assert slow.ranks == (2,)
+    assert abs(slow.saving_ns - fault["saving_ns"]) <= TOLERANCE * fault["saving_ns"]
+    for r in trace.ranks:
+        waits = trace.meta[r].info["semaphore_waits"]
+        assert waits["read"] > 0 and waits["unexplained"] == 0 and waits["edges"] == waits["read"]
 
 
 def test_permute_sides_are_one_sided_in_the_graph(jobs):

@@ -50,6 +50,7 @@ import heapq
 import json
 import math
 import os
+import re
 from typing import Any
 
 import numpy as np
@@ -241,6 +242,11 @@ class _Cfg:
     dma_variable_unknown: bool = False
     duplicate_packets: float = 0.0
     semaphore_instructions: bool = False
+    # consumers of a collective's result (receives, AllReduce outputs) name their wait on the CC
+    # completion semaphore (S[15], as in SemaphoreUpdate) in their operand text
+    consumer_semaphores: bool = False
+    consumer_semaphore_column: str = "compiler_operands"  # compiler_operands | operands
+    consumer_semaphore_spelling: str = "dollar"  # dollar ($S[15]>=3) | named (S[15] (Pool)>=3)
     dma_wait_on: str = "trigger"  # trigger | consumer
     schema_version: str = "7.4.0"
     rename_fields: dict = dataclasses.field(default_factory=dict)
@@ -286,6 +292,10 @@ def _make_cfg(**kw) -> _Cfg:
         raise ValueError("lnc must be 1 or 2")
     if cfg.hardware not in _HW:
         raise ValueError(f"hardware must be one of {sorted(_HW)}")
+    if cfg.consumer_semaphore_column not in ("compiler_operands", "operands"):
+        raise ValueError("consumer_semaphore_column must be compiler_operands or operands")
+    if cfg.consumer_semaphore_spelling not in ("dollar", "named"):
+        raise ValueError("consumer_semaphore_spelling must be dollar or named")
     return cfg
 
 
@@ -378,6 +388,44 @@ SCENARIOS: dict[str, dict] = {
             slow_stage=2,
             parquet_time_base="device",
             flow_dma_ids="packet",
+        ),
+    ),
+    "pipeline_1f1b_semaphores": dict(
+        description="pipeline_1f1b (balanced) where every instruction that waits on a "
+        "collective's completion (a CollectivePermute receive, an AllReduce result) names the "
+        "wait in compiler_operands as $S[15]>=v, v the value that completion sets in "
+        "SemaphoreUpdate; same job and truth as pipeline_1f1b.",
+        variation=dict(
+            ranks=4,
+            pp=4,
+            layers=4,
+            tiles=8,
+            microbatches=8,
+            sparse_columns=True,
+            split_rows=800,
+            id_spaces="disjoint",
+            consumer_semaphores=True,
+            consumer_semaphore_column="compiler_operands",
+            consumer_semaphore_spelling="dollar",
+        ),
+    ),
+    "pipeline_1f1b_slow_stage_semaphores": dict(
+        description="pipeline_1f1b_slow_stage where every instruction that waits on a "
+        "collective's completion (a CollectivePermute receive, an AllReduce result) names the "
+        "wait in operands as S[15] (Pool)>=v, v the value that completion sets in "
+        "SemaphoreUpdate; same job and truth as pipeline_1f1b_slow_stage.",
+        variation=dict(
+            ranks=4,
+            pp=4,
+            layers=4,
+            tiles=8,
+            microbatches=8,
+            slow_stage=2,
+            parquet_time_base="device",
+            flow_dma_ids="packet",
+            consumer_semaphores=True,
+            consumer_semaphore_column="operands",
+            consumer_semaphore_spelling="named",
         ),
     ),
     "no_dma_tables": dict(
@@ -1932,6 +1980,8 @@ def _interval_minus(a, b):
     return tot
 
 
+_CC_SEM = "S[15] (Pool)"  # the semaphore a collective's completion increments (SemaphoreUpdate)
+
 _NON_COMPUTE = ("WRITE", "DMA_TRIGGER", "PSEUDO_TRIGGER_COLLECTIVE", "EVENT_SEMAPHORE")
 
 
@@ -2239,6 +2289,18 @@ class _RankTables:
                 ):
                     self.sem_rows.append(t)
 
+    def cc_waits(self):
+        """instruction task -> {semaphore id: value} it waits for (collective completions)."""
+        sim = self.sim
+        value = {t: v for _ts, sid, _p, _s, v, t in self.semaphore_rows() if sid == _CC_SEM}
+        waits: dict = {}
+        for t in self.insts:
+            for d, _lat, _typ in sim.deps[t]:
+                if sim.kind[d] in "cr" and d in value:
+                    w = waits.setdefault(t, {})
+                    w[_CC_SEM] = max(w.get(_CC_SEM, 0), value[d])
+        return waits
+
     def engine_name(self, eng):
         return eng.lower() if self.cfg.engine_case == "lower" else eng
 
@@ -2356,6 +2418,8 @@ class _RankTables:
                 ready = s0 - inf.get("evt_wait", 0)
                 c["dma_trigger_start_ts"][i], c["dma_trigger_end_ts"][i] = sim.start[b], sim.end[b]
                 c["dma_wait_time_ns"][i] = max(0, min(s0, sim.end[b]) - ready)
+        if cfg.consumer_semaphores:
+            self._name_cc_waits(c, rows)
         # runtime pc: index on the engine within the execution (inserted semaphore waits count)
         pcs: dict = {}
         for i, (_k, t) in enumerate(rows):
@@ -2375,6 +2439,34 @@ class _RankTables:
             ts=("start_ts", "end_ts", "dma_trigger_start_ts", "dma_trigger_end_ts"),
             ids=("id",),
         )
+
+    def _name_cc_waits(self, c, rows):
+        """Variant: waits on collective completions named in the operand text."""
+        cfg = self.cfg
+        col = cfg.consumer_semaphore_column
+        named = cfg.consumer_semaphore_spelling == "named"
+
+        def sem(sid):
+            return sid if named else "$" + sid.split(" ")[0]
+
+        waits = self.cc_waits()
+        for i, (k, t) in enumerate(rows):
+            if k != "i":
+                continue
+            if c["opcode"][i] == "PSEUDO_TRIGGER_COLLECTIVE":
+                # the trigger's fixed "$S[1x]>=1" is no recorded wait: drop it; its increment
+                # names the semaphore SemaphoreUpdate shows for the collective's completion
+                for name in ("operands", "compiler_operands", "instruction_chain"):
+                    v = c[name][i]
+                    if v:
+                        v = re.sub(r"\$S\[\d+\]>=1 ", "", v)
+                        inc = sem(_CC_SEM) if name == col else "$S[15]"
+                        c[name][i] = re.sub(r"\$S\[\d+\]\+\+@complete", inc + "++@complete", v)
+            w = waits.get(t)
+            if w:
+                txt = " ".join(f"{sem(sid)}>={v}" for sid, v in sorted(w.items()))
+                old = c[col][i] or ""
+                c[col][i] = f"{txt} {old}" if old else txt
 
     def dma_frames(self, rng):
         cfg, sim = self.cfg, self.sim
@@ -2622,22 +2714,30 @@ class _RankTables:
         self.active = c
         return _Frame("ActiveTime", c, len(c["start_ts"]), ts=("start_ts", "end_ts"))
 
-    def semaphore_frame(self):
+    def semaphore_rows(self):
+        """(timestamp, semaphore id, pcore, source, value, task) of every SemaphoreUpdate row."""
         sim = self.sim
         rows = []
         for t in self.dmas:
             q = _QUEUES[sim.info[t]["qkey"]]
-            rows.append((sim.end[t], f"S[{q[8]}] ({q[0]})", sim.pcore[t], "AXI"))
+            rows.append((sim.end[t], f"S[{q[8]}] ({q[0]})", sim.pcore[t], "AXI", t))
         for t in self.ccs:
-            rows.append((sim.end[t], "S[15] (Pool)", 0, "GpSimd"))
-        rows.sort()
+            rows.append((sim.end[t], _CC_SEM, 0, "GpSimd", t))
+        rows.sort(key=lambda x: x[:4])
         val: dict = {}
-        c = {name: [] for name, _, _ in SPECS["SemaphoreUpdate"]}
-        for ts, sid, p, src in rows:
+        out = []
+        for ts, sid, p, src, t in rows:
             val[sid] = val.get(sid, 0) + 1
+            out.append((ts, sid, p, src, val[sid], t))
+        return out
+
+    def semaphore_frame(self):
+        rows = self.semaphore_rows()
+        c = {name: [] for name, _, _ in SPECS["SemaphoreUpdate"]}
+        for ts, sid, p, src, _v, _t in rows:
             c["timestamp"].append(ts)
             c["id"].append(sid)
-            c["value"].append(val[sid])
+            c["value"].append(_v)
             c["update_source"].append(src)
             c["double_set_or_clear"].append(False)
             c["update_mode"].append(0)
@@ -3576,7 +3676,10 @@ def _write(cfg: _Cfg, out_dir) -> dict:
         "semaphore_instructions variant (ActiveTime and engine_busy_ns exclude those waits)"
     )
     truth["variation"] = {
-        k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(cfg).items()
+        k: (list(v) if isinstance(v, tuple) else v)
+        for k, v in dataclasses.asdict(cfg).items()
+        # option off: the truth file stays as before the option existed
+        if cfg.consumer_semaphores or not k.startswith("consumer_semaphore")
     }
     truth = json.loads(json.dumps(truth))
     if out_dir is not None:

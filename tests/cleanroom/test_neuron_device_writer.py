@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -552,3 +553,100 @@ def test_every_scenario_is_self_consistent(scenario, name):
     # one collective ends at the same true time on all its ranks
     for op in t["collectives"]["ops"]:
         assert op["end_true_ns"] >= op["start_true_ns"]
+
+
+# --- consumer_semaphores: waits on collective completions named in the operand text
+
+_WAIT = re.compile(r"(?<![\w\]])\$?S\[(\d+)\](?: \([^)]*\))?>=(\d+)")
+
+
+def _named_waits(ins, col):
+    """(semaphore number, value, start_ts) of every `$S[k]>=v` / `S[k] (X)>=v` in a column."""
+    out = []
+    if col not in ins:
+        return out
+    for txt, s0 in zip(ins[col], ins["start_ts"], strict=True):
+        if isinstance(txt, str):
+            out += [(int(k), int(v), int(s0)) for k, v in _WAIT.findall(txt)]
+    return out
+
+
+@pytest.mark.parametrize(
+    "name,col,dollar",
+    [
+        ("pipeline_1f1b_semaphores", "compiler_operands", True),
+        ("pipeline_1f1b_slow_stage_semaphores", "operands", False),
+    ],
+)
+def test_consumer_semaphores_backed_by_semaphore_updates(scenario, name, col, dollar):
+    tmp_path, t = scenario(name)
+    other = "operands" if col == "compiler_operands" else "compiler_operands"
+    for r in t["ranks"]:
+        d = _pdir(tmp_path, t, r)
+        ins = _read(d, "Instruction")
+        su = _read(d, "SemaphoreUpdate")
+        su = su.assign(k=su["id"].str.extract(r"^S\[(\d+)\]")[0].astype(int))
+        waits = _named_waits(ins, col)
+        assert waits, (name, r)  # every stage waits on a receive or an all-reduce result
+        # the wait sits in the chosen column only, in the chosen spelling
+        assert not _named_waits(ins, other) and not _named_waits(ins, "instruction_chain")
+        txt = ins[col].dropna()
+        named = txt[txt.str.contains(">=")]
+        assert named.str.contains(r"\$S\[15\]>=" if dollar else r"S\[15\] \(Pool\)>=").all()
+        # every named wait: a SemaphoreUpdate row on S[k] reaches v at or before the start
+        for k, v, s0 in waits:
+            hit = su[(su["k"] == k) & (su["value"] == v) & (su["timestamp"] <= s0)]
+            assert len(hit) == 1, (name, r, k, v, s0)
+        # and a CollectivePermute receive's data is waited for on every stage that receives
+        assert {k for k, _v, _s in waits} == {15}
+
+
+def _bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("base", ["pipeline_1f1b", "pipeline_1f1b_slow_stage"])
+def test_consumer_semaphores_same_job_same_truth(tmp_path, base):
+    name = base + "_semaphores"
+    a = ndw.simulate(base)
+    b = ndw.simulate(name)
+    for k in ("scenario", "variation"):
+        a.pop(k), b.pop(k)
+    assert a == b  # the same job: only more is recorded
+    # option on vs off on the same preset: only the Instruction tables (and the JSON's, which
+    # carries operands) and the truth's variation change
+    on = {k: v for k, v in ndw.SCENARIOS[name]["variation"].items() if "consumer_sem" in k}
+    ndw.write_scenario(base, str(tmp_path / "off"), formats=("parquet", "json", "csv"))
+    ndw.write_scenario(base, str(tmp_path / "on"), formats=("parquet", "json", "csv"), **on)
+    for dp, _dn, fn in os.walk(tmp_path / "off"):
+        for f in fn:
+            p = os.path.join(dp, f)
+            q = p.replace(str(tmp_path / "off"), str(tmp_path / "on"), 1)
+            same = _bytes(p) == _bytes(q)
+            expect_change = f.startswith("Instruction") or f == "truth.json" or p.endswith(".json")
+            assert same or expect_change, p
+
+
+def test_consumer_semaphores_off_is_byte_identical(tmp_path):
+    """With the option off its sub-options change nothing, and the truth does not name them."""
+    for name in ndw.SCENARIOS:
+        if ndw.SCENARIOS[name]["variation"].get("consumer_semaphores"):
+            continue
+        t = ndw.write_scenario(name, str(tmp_path / name / "a"), formats=("parquet", "json", "csv"))
+        ndw.write_scenario(
+            name,
+            str(tmp_path / name / "b"),
+            formats=("parquet", "json", "csv"),
+            consumer_semaphores=False,
+            consumer_semaphore_column="operands",
+            consumer_semaphore_spelling="named",
+        )
+        assert _digest(tmp_path / name / "a") == _digest(tmp_path / name / "b"), name
+        assert not any(k.startswith("consumer_semaphore") for k in t["variation"])
+        # no instruction of an existing preset carries a wait on the CC completion semaphore
+        for r in t["ranks"]:
+            ins = _read(_pdir(str(tmp_path / name / "a"), t, r), "Instruction")
+            ins = ins[ins["opcode"] != "PSEUDO_TRIGGER_COLLECTIVE"]  # fixed "$S[15]>=1" text
+            for col in ("operands", "compiler_operands"):
+                assert not [w for w in _named_waits(ins, col) if w[0] == 15]
