@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tests.trace_factory import RankSpec, build
+from tracediag.graph import replay as replay_module
 from tracediag.graph.dependencies import build_graph
 from tracediag.graph.replay import WhatIf, replay
 
@@ -42,8 +43,11 @@ def _random_trace(seed: int):
     return build(*specs)
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["interpreted", "numba"])
 @pytest.mark.parametrize("seed", range(8))
-def test_replay_matches_the_reference(seed):
+def test_replay_matches_the_reference(seed, compiled, monkeypatch):
+    # Small graphs run the anchor loop interpreted, big ones compiled: force each path here.
+    monkeypatch.setattr(replay_module, "_COMPILE_ABOVE_EDGES", -1 if compiled else 1 << 62)
     graph = build_graph(_random_trace(seed))
     r = replay(graph)
     assert np.array_equal(r.start, graph.start) and np.array_equal(r.end, graph.end)

@@ -8,6 +8,7 @@ replays; its saving is the difference in the window's length.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,8 +95,8 @@ class _Plan:
     Most nodes have exactly one predecessor (program order on a track), so their end is their
     predecessor's end plus their own gap and duration: along such chains ends are sums, which
     pointer jumping computes for all nodes at once. Only *anchors* (roots and nodes with several
-    predecessors, a few percent of a real graph) need a max over predecessors, in a Python loop
-    over the anchors' ends alone (numbered by *slot*), not a list of every node's.
+    predecessors, a few percent of a real graph) need a max over predecessors, in a compiled
+    loop over the anchors' ends alone (numbered by *slot*), not an array of every node's.
     """
 
     single: np.ndarray  # bool: exactly one predecessor
@@ -104,10 +105,15 @@ class _Plan:
     rounds: int  # pointer-jumping rounds that reach every anchor
     anchors: np.ndarray  # the anchor of each slot (node ids, ascending)
     loop: np.ndarray  # anchors with predecessors, in topological order (node ids)
-    loop_slot: list[int]  # their slots
-    edge_ptr: list[int]  # their predecessor edges, compacted: loop[k]'s are edge_ptr[k]:[k+1]
+    loop_slot: np.ndarray  # their slots
+    edge_ptr: np.ndarray  # their predecessor edges, compacted: loop[k]'s are edge_ptr[k]:[k+1]
     edge_src: np.ndarray  # predecessor of each compacted edge
-    edge_anchor: list[int]  # slot of that predecessor's anchor
+    edge_anchor: np.ndarray  # slot of that predecessor's anchor
+
+    @functools.cached_property
+    def loop_lists(self) -> tuple[list[int], list[int], list[int]]:
+        """``loop_slot``, ``edge_ptr``, ``edge_anchor`` as lists, for the interpreted loop."""
+        return self.loop_slot.tolist(), self.edge_ptr.tolist(), self.edge_anchor.tolist()
 
 
 def _plan(graph: Graph) -> _Plan:
@@ -146,10 +152,10 @@ def _plan(graph: Graph) -> _Plan:
         rounds + 1,
         anchors,
         loop,
-        slot[loop].tolist(),
-        edge_ptr.tolist(),
+        slot[loop],
+        edge_ptr,
         edge_src,
-        slot[anchor[edge_src]].tolist(),
+        slot[anchor[edge_src]],
     )
     graph.replay_plan = plan  # a graph is never changed once built
     return plan
@@ -166,6 +172,34 @@ def _chain_offsets(plan: _Plan, w: np.ndarray) -> np.ndarray:
     return acc
 
 
+def _anchor_ends(end_a, loop_slot, edge_ptr, edge_anchor, edge_src, offset, w_loop):
+    """In place: each loop anchor's end, in topological order, from its predecessors' ends."""
+    for k in range(len(loop_slot)):
+        lo, hi = edge_ptr[k], edge_ptr[k + 1]
+        m = end_a[edge_anchor[lo]] + offset[edge_src[lo]]
+        for i in range(lo + 1, hi):
+            e = end_a[edge_anchor[i]] + offset[edge_src[i]]
+            if e > m:
+                m = e
+        end_a[loop_slot[k]] = m + w_loop[k]
+
+
+# Above this many predecessor edges into anchors the loop runs compiled: interpreted it costs
+# ~0.3 us an edge (0.06 s a replay at 200k, ~3 s at 10M), while numba's first call in a
+# process costs 0.5-1 s (its import, then loading its registries even from the disk cache),
+# which a diagnosis's 10-20 replays of a small graph would never win back.
+_COMPILE_ABOVE_EDGES = 200_000
+
+
+@functools.cache
+def _anchor_kernel():
+    # Compiled on first use, not at import, so commands that never replay a big graph do not
+    # import numba; cache=True keeps the machine code on disk: only the first run ever compiles.
+    import numba
+
+    return numba.njit(cache=True, nogil=True)(_anchor_ends)
+
+
 def replay(graph: Graph, change: WhatIf | None = None) -> ReplayResult:
     """Replay the graph, optionally with a change, and return the new node times."""
     dur = graph.dur.copy()
@@ -180,16 +214,24 @@ def replay(graph: Graph, change: WhatIf | None = None) -> ReplayResult:
     offset = _chain_offsets(plan, w)
     # Anchors in topological order: a root keeps its start; another anchor starts after its
     # latest predecessor, whose end is its own anchor's end plus its chain offset.
-    end_a = (graph.start[plan.anchors] + dur[plan.anchors]).tolist()
-    src_offset = offset[plan.edge_src].tolist()
-    ea, ep = plan.edge_anchor, plan.edge_ptr
-    for s, lo, hi, w_s in zip(plan.loop_slot, ep[:-1], ep[1:], w[plan.loop].tolist(), strict=True):
-        m = end_a[ea[lo]] + src_offset[lo]
-        for i in range(lo + 1, hi):
-            e = end_a[ea[i]] + src_offset[i]
-            if e > m:
-                m = e
-        end_a[s] = m + w_s
+    end_a = graph.start[plan.anchors] + dur[plan.anchors]
+    if plan.edge_ptr[-1] > _COMPILE_ABOVE_EDGES:
+        _anchor_kernel()(
+            end_a,
+            plan.loop_slot,
+            plan.edge_ptr,
+            plan.edge_anchor,
+            plan.edge_src,
+            offset,
+            w[plan.loop],
+        )
+    else:  # the same function interpreted, on lists (Python indexes them faster than arrays);
+        # the offsets come gathered per edge, so the edge's source is its own index: a range
+        ends, src_offset = end_a.tolist(), offset[plan.edge_src].tolist()
+        slots, ptr, anchor = plan.loop_lists
+        edges = range(len(src_offset))
+        _anchor_ends(ends, slots, ptr, anchor, edges, src_offset, w[plan.loop].tolist())
+        end_a = np.asarray(ends, np.int64)
     # An anchor's own offset is 0: one expression for chain nodes and anchors alike.
-    end = np.asarray(end_a, np.int64)[plan.anchor_slot] + offset
+    end = end_a[plan.anchor_slot] + offset
     return ReplayResult(end - dur, end, graph.window)
