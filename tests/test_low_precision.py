@@ -12,7 +12,7 @@ import pytest
 
 import tracediag
 from tests.cleanroom.neuron_device_writer import write_scenario
-from tests.trace_factory import RankSpec, build
+from tests.trace_factory import build, matmul_chain
 from tracediag.analysis import hardware as hw
 from tracediag.analysis.bounds import bounds_table, te_peak
 from tracediag.engine.config import Config
@@ -182,19 +182,6 @@ def test_lnc1_metadata_keeps_the_single_core_peak():
 # ---- NUM701 against the hardware's rate per format ------------------------------------------
 
 
-def _chain(hardware: str, specs: list[tuple[str, int, float]]) -> RankSpec:
-    spec = RankSpec(0, hardware=hardware)
-    t, prev = 0, None
-    for k, (dtype, dur, flops) in enumerate(specs):
-        mm = spec.add(
-            "MATMUL", "tensor", "compute", t, t + dur, layer=f"layer_{k}", flops=flops, dtype=dtype
-        )
-        if prev is not None:
-            spec.dep(prev, mm)
-        prev, t = mm, t + dur
-    return spec
-
-
 def _num701(spec):
     d = diagnose(build(spec), Config(select=["NUM701"]))
     (f,) = [f for f in d.findings if f.code == "NUM701"]
@@ -203,7 +190,7 @@ def _num701(spec):
 
 def test_num701_on_an_mxfp8_recipe_prices_fp32_at_the_mxfp8_rate():
     # trn3: all other matmuls in MXFP8, so MXFP8 is the target: 183 / 2517 of the time.
-    f = _num701(_chain("trn3.48xlarge", [("mxfp8", 1000, 1e9)] * 3 + [("fp32", 13_754, 1e9)]))
+    f = _num701(matmul_chain([("mxfp8", 1000, 1e9)] * 3 + [("fp32", 13_754, 1e9)], "trn3.48xlarge"))
     assert f.evidence["target_dtype"] == {"0": "mxfp8"}
     assert f.saving_ns == pytest.approx(13_754 - 13_754 * 183 / 2517, abs=1)
     assert "mxfp8 rate (the model's own format" in f.message
@@ -212,7 +199,7 @@ def test_num701_on_an_mxfp8_recipe_prices_fp32_at_the_mxfp8_rate():
 def test_num701_prefers_bf16_when_the_recipe_keeps_bf16_layers():
     # 75% MXFP8, 25% BF16: a layer kept in FP32 is priced at BF16 (183 / 671), not MXFP8.
     chain = [("mxfp8", 1000, 1e9)] * 3 + [("bf16", 1000, 1e9), ("fp32", 3666, 1e9)]
-    f = _num701(_chain("trn3.48xlarge", chain))
+    f = _num701(matmul_chain(chain, "trn3.48xlarge"))
     assert f.evidence["model_dtype"] == {"0": "mxfp8"}
     assert f.evidence["target_dtype"] == {"0": "bf16"}
     assert f.saving_ns == pytest.approx(3666 - 3666 * 183 / 671, abs=1)
@@ -223,6 +210,6 @@ def test_num701_prefers_bf16_when_the_recipe_keeps_bf16_layers():
 def test_num701_on_b200_fp8_recipe():
     # B200: FP8 e4m3 recipe, FP32 matmul: 80 / 4500 TFLOPS.
     chain = [("fp8_e4m3", 1000, 1e9)] * 4 + [("fp32", 56_250, 1e9)]
-    f = _num701(_chain("NVIDIA B200", chain))
+    f = _num701(matmul_chain(chain, "NVIDIA B200"))
     assert f.evidence["target_dtype"] == {"0": "fp8_e4m3"}
     assert f.saving_ns == pytest.approx(56_250 - 1000, abs=1)

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.trace_factory import RankSpec, build
+from tests.trace_factory import RankSpec, build, matmul_chain
 from tracediag.engine.config import Config
 from tracediag.engine.diagnose import diagnose
 from tracediag.generator import generate
@@ -100,23 +100,9 @@ def test_fp32_matmul_truth_saving_is_the_resimulated_difference(fp32_job):
 # ---- NUM701 on hand-made traces --------------------------------------------------------------
 
 
-def _matmul_chain(specs: list[tuple[str, int, float]]) -> RankSpec:
-    """A chain of tensor-engine matmuls: (dtype, duration ns, flops) each, one layer each."""
-    spec = RankSpec(0)
-    t, prev = 0, None
-    for k, (dtype, dur, flops) in enumerate(specs):
-        mm = spec.add(
-            "MATMUL", "tensor", "compute", t, t + dur, layer=f"layer_{k}", flops=flops, dtype=dtype
-        )
-        if prev is not None:
-            spec.dep(prev, mm)
-        prev, t = mm, t + dur
-    return spec
-
-
 def test_num701_scales_the_fp32_matmul_to_the_bf16_rate():
     chain = [("bf16", 1000, 1e9)] * 3 + [("fp32", 4000, 1e9)]
-    f = _only(_num(build(_matmul_chain(chain))), "NUM701")
+    f = _only(_num(build(matmul_chain(chain))), "NUM701")
     assert (f.ranks, f.engine, f.layer) == ((0,), "tensor", "layer_3")
     assert (f.start_ns, f.end_ns) == (3000, 7000)
     assert f.impact_ns == 4000 and f.impact_pct == pytest.approx(57.14)
@@ -127,13 +113,13 @@ def test_num701_scales_the_fp32_matmul_to_the_bf16_rate():
 
 def test_num701_needs_the_model_to_run_mostly_in_a_fast_dtype():
     at_threshold = [("bf16", 1000, 1e9), ("fp32", 4000, 1e9)]  # half the FLOPs: fires
-    assert _only(_num(build(_matmul_chain(at_threshold))), "NUM701").saving_ns == 3000
+    assert _only(_num(build(matmul_chain(at_threshold))), "NUM701").saving_ns == 3000
     below = [("bf16", 1000, 1e9), ("fp32", 8000, 2e9)]  # a third: the model runs fp32
-    assert not [f for f in _num(build(_matmul_chain(below))).findings if f.code == "NUM701"]
+    assert not [f for f in _num(build(matmul_chain(below))).findings if f.code == "NUM701"]
 
 
 def test_num701_without_a_peak_for_the_dtype_reports_no_saving():
-    spec = _matmul_chain([("bf16", 1000, 1e9)] * 3 + [("tf32", 2000, 1e9)])  # trn1: no tf32
+    spec = matmul_chain([("bf16", 1000, 1e9)] * 3 + [("tf32", 2000, 1e9)])  # trn1: no tf32
     f = _only(_num(build(spec)), "NUM701")
     assert f.saving_ns == 0 and f.evidence["scale_factor"] is None
     assert f.severity == Severity.INFO

@@ -107,3 +107,18 @@ class RankSpec:
 def build(*specs: RankSpec) -> S.Trace:
     """Assemble the ranks into a validated trace (already on one clock: no alignment)."""
     return assemble([s.part() for s in specs])
+
+
+def matmul_chain(specs: list[tuple[str, int, float]], hardware: str = "trn1.32xlarge") -> RankSpec:
+    """A chain of tensor-engine matmuls on rank 0: (dtype, duration ns, flops) each, one layer
+    each, each depending on the one before."""
+    spec = RankSpec(0, hardware=hardware)
+    t, prev = 0, None
+    for k, (dtype, dur, flops) in enumerate(specs):
+        mm = spec.add(
+            "MATMUL", "tensor", "compute", t, t + dur, layer=f"layer_{k}", flops=flops, dtype=dtype
+        )
+        if prev is not None:
+            spec.dep(prev, mm)
+        prev, t = mm, t + dur
+    return spec
