@@ -140,5 +140,5 @@ def test_col202_with_missing_participants_is_info_and_says_so():
     ar = [f for f in col if f.op == "AllReduce"]
     assert len(ar) == 1
     assert str(ar[0].severity) == "info"
-    assert "Only 1 of the group's 8 ranks are in the inputs" in ar[0].message
+    assert "Only 1 of the group's 8 ranks is in the inputs" in ar[0].message
     assert ar[0].evidence["listed_group_size"] == 8 and ar[0].evidence["group_size"] == 1
