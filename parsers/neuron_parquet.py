@@ -220,10 +220,21 @@ def _read_profile(path: Path, rank: int, rank_source: str) -> RankPart:
     return part
 
 
-def _unread(files: list[Path], columns: tuple[str, ...], frame: pd.DataFrame):
-    """The ``columns`` of a table that ``frame`` (read from it) lacks; None when it has all."""
-    unread = [c for c in columns if c not in frame]
-    return read_table(files, unread) if unread else None
+def _with_texts(files: list[Path], instr: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The instructions with their text columns, and the semaphore texts, from one read of
+    the Instruction table's text columns (each can be large). ``operands`` (the tensor
+    engine's tile shapes) is joined always, the dtype text columns only without
+    ``adjusted_flops``; the other semaphore columns stay apart, row for row, so the dtype
+    reading sees only what it asks for."""
+    dtype_text = "adjusted_flops" not in instr or instr["adjusted_flops"].isna().all()
+    joined = [c for c in (DTYPE_TEXT_COLUMNS if dtype_text else ["operands"]) if c not in instr]
+    apart = [c for c in SEMAPHORE_TEXT if c not in instr and c not in joined]
+    texts = read_table(files, joined + apart) if joined or apart else None
+    if texts is None:
+        return instr, None
+    have = [c for c in joined if c in texts]
+    instr = instr.join(texts[have]) if have else instr
+    return instr, texts[[c for c in apart if c in texts]] if apart else None
 
 
 def _time_base(frames: list[pd.DataFrame | None], metadata: dict) -> int:
@@ -271,14 +282,9 @@ def _events_part(
     """The rank's part and its ``ExecutionInfo`` executions on the events' time base (each
     CcOp row is labelled with its execution: collectives match across ranks by it)."""
     instr = _timed_table(files, "Instruction", INSTRUCTION_COLUMNS, ("start_ts", "engine"))
-    if instr is not None and (
-        "adjusted_flops" not in instr or instr["adjusted_flops"].isna().all()
-    ):
-        texts = read_table(files["Instruction"], DTYPE_TEXT_COLUMNS)
-        instr = instr.join(texts) if texts is not None else instr
-    if instr is not None and "operands" not in instr:  # the tensor engine's tile shapes
-        texts = read_table(files["Instruction"], ["operands"])
-        instr = instr.join(texts) if texts is not None and "operands" in texts else instr
+    instr, semaphore_texts = (
+        _with_texts(files["Instruction"], instr) if instr is not None else (None, None)
+    )
     dma_table = "DmaPacket" if row_count(files.get("DmaPacket")) else "DmaPacketAggregated"
     has_dma = "DmaPacket" in files or "DmaPacketAggregated" in files
     dma = None
@@ -310,6 +316,6 @@ def _events_part(
         {"instruction": "Instruction", "dma": dma_table, "cc": "CcOp"},
         lambda ids, _first: [flow_edges(flow, ids, meta)] if flow is not None else [],
         read_updates(files.get("SemaphoreUpdate")),
-        _unread(files["Instruction"], SEMAPHORE_TEXT, instr) if instr is not None else None,
+        semaphore_texts,
     )
     return part, spans
