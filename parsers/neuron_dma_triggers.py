@@ -73,17 +73,10 @@ def _blocks(dma: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     valid = valid & s_ok & d_ok
     block_of = np.full(n, -1, dtype=np.int64)
     _, block_of[valid] = np.unique(agg[valid], return_inverse=True)
-    queue = (
-        dma["queue_name"].astype("string")
-        if "queue_name" in dma
-        else pd.Series(pd.NA, index=dma.index, dtype="string")
-    )
-    engine = np.asarray(
-        normalise_engines(queue.str.extract(_QUEUE_ENGINE, expand=False)), dtype=object
-    )
+    queue_code, engine = _queue_engines(column(dma, "queue_name"), n)
     pcore, _ = ints(column(dma, "pcore_idx"), n)
     p = pd.DataFrame(
-        {"b": block_of, "s": s, "e": s + d, "row": np.arange(n), "q": pd.factorize(queue)[0],
+        {"b": block_of, "s": s, "e": s + d, "row": np.arange(n), "q": queue_code,
          "eng": engine, "pcore": pcore}
     )[valid]  # fmt: skip
     first = p.sort_values(["b", "s", "row"]).drop_duplicates("b", keep="first").set_index("b")
@@ -92,6 +85,22 @@ def _blocks(dma: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
         e=last["e"], first_row=first["row"], last_row=last["row"]
     )
     return blocks.sort_index(), block_of
+
+
+def _queue_engines(names: pd.Series | None, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per packet: its queue's code (order of first appearance, -1: none) and the engine the
+    queue's name starts with ("unknown": none). A Categorical column (how the tables are read)
+    is matched once per distinct name, not once per packet."""
+    if names is None:
+        names = pd.Series(pd.NA, index=pd.RangeIndex(n), dtype="string")
+    cat = names.array if isinstance(names.dtype, pd.CategoricalDtype) else None
+    if cat is None or cat.categories.dtype != "str":
+        queue = names.astype("string")
+        engine = normalise_engines(queue.str.extract(_QUEUE_ENGINE, expand=False))
+        return pd.factorize(queue)[0], np.asarray(engine, dtype=object)
+    per_name = normalise_engines(pd.Series(cat.categories).str.extract(_QUEUE_ENGINE, expand=False))
+    lookup = np.asarray([*np.asarray(per_name, dtype=object), "unknown"], dtype=object)
+    return pd.factorize(names)[0], lookup[np.asarray(cat.codes)]
 
 
 def _candidates(bkey, bs, be, tkey, tlo, thi, tend) -> pd.DataFrame:

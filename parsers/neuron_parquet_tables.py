@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -144,6 +145,25 @@ def _read(path: Path, columns: list[str] | None, pf: pq.ParquetFile | None = Non
         raise TraceInputError(path, f"corrupt Parquet file ({_one_line(exc)})") from None
 
 
+def _read_texts_encoded(path: Path, pf: pq.ParquetFile, columns: list[str] | None) -> pa.Table:
+    """Read ``columns`` with the text ones as Arrow dictionaries, straight from Parquet's own
+    dictionary pages: no string per row is built only to be hashed back into categories."""
+    wanted = columns if columns is not None else pf.schema_arrow.names
+    texts = [
+        c
+        for c in wanted
+        if pa.types.is_string(pf.schema_arrow.field(c).type)
+        or pa.types.is_large_string(pf.schema_arrow.field(c).type)
+    ]
+    if not texts:
+        return _read(path, columns, pf)
+    try:
+        encoded = pq.ParquetFile(path, metadata=pf.metadata, read_dictionary=texts)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise TraceInputError(path, f"corrupt Parquet file ({_one_line(exc)})") from None
+    return _read(path, columns, encoded)
+
+
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:200] or type(exc).__name__
 
@@ -157,20 +177,73 @@ def _is_text_list(kind: pa.DataType) -> bool:
 
 def _to_frame(table: pa.Table) -> pd.DataFrame:
     """Arrow -> pandas without a Python object per row: integers become nullable ``Int64``
-    (unsigned 64-bit ids wrap to int64, as the device writes them), text becomes Categorical,
-    and a list of strings becomes one text joined by "; " (in Arrow, not per row in Python)."""
+    (unsigned 64-bit ids wrap to int64, as the device writes them), text becomes Categorical
+    (categories in order of first appearance), and a list of strings becomes one text joined
+    by "; " (in Arrow, not per row in Python). Integer and text columns are converted one by
+    one (pandas' own ``Int64`` conversion and block consolidation copy every column twice);
+    the others go through ``Table.to_pandas``."""
+    own: dict[str, object] = {}
     for i, fld in enumerate(table.schema):
         col = table.column(i)
+        if pa.types.is_dictionary(fld.type) and _is_text(fld.type.value_type):
+            own[fld.name] = _first_seen_categorical(col)
+            continue
         if pa.types.is_dictionary(fld.type):
             col = col.cast(fld.type.value_type)
         if _is_text_list(col.type):
             col = pc.binary_join(col, "; ")
-        if pa.types.is_integer(col.type) and col.type != pa.int64():
-            col = col.cast(pa.int64(), safe=False)
-        elif pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-            col = col.dictionary_encode()
-        table = table.set_column(i, fld.name, col)
-    return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+        if pa.types.is_integer(col.type):
+            own[fld.name] = _nullable_int64(col.cast(pa.int64(), safe=False))
+        elif _is_text(col.type):
+            own[fld.name] = col.dictionary_encode().to_pandas().array
+        else:
+            table = table.set_column(i, fld.name, col)
+    rest = table.drop_columns(list(own))
+    frame = rest.to_pandas(split_blocks=True) if rest.num_columns else None
+    index = frame.index if frame is not None else pd.RangeIndex(table.num_rows)
+    columns = {name: own[name] if name in own else frame[name] for name in table.schema.names}
+    return pd.DataFrame(columns, index=index, copy=False)
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
+def _nullable_int64(col: pa.ChunkedArray) -> pd.arrays.IntegerArray:
+    """An int64 column as pandas ``Int64`` (one copy of the values, a mask)."""
+    arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    if arr.null_count:
+        values = pc.fill_null(arr, 0).to_numpy()
+        mask = arr.is_null().to_numpy(zero_copy_only=False)
+    else:
+        values = arr.to_numpy()
+        mask = np.zeros(len(arr), dtype=bool)
+    return pd.arrays.IntegerArray(np.array(values, dtype=np.int64, copy=True), mask)
+
+
+def _first_seen_categorical(col: pa.ChunkedArray) -> pd.Categorical:
+    """A dictionary-encoded text column (as Parquet stores it) as the Categorical that
+    ``dictionary_encode`` of its decoded text gives: the distinct values in order of first
+    appearance, nulls missing. Works on the indices, not on a string per row."""
+    col = col.unify_dictionaries() if col.num_chunks > 1 else col
+    if col.num_chunks == 0:
+        return col.cast(col.type.value_type).dictionary_encode().to_pandas().array
+    dictionary = col.chunk(0).dictionary
+    indices = pa.chunked_array([c.indices for c in col.chunks]).cast(pa.int64())
+    seen = pc.unique(pc.drop_null(indices)).to_numpy()
+    categories = dictionary.take(pa.array(seen, type=pa.int64()))
+    if len(pc.unique(categories)) != len(categories):  # a dictionary that repeats a value
+        return col.cast(col.type.value_type).dictionary_encode().to_pandas().array
+    recode = np.full(len(dictionary) + 1, -1, dtype=np.int32)  # the trailing -1: a null
+    recode[seen] = np.arange(len(seen), dtype=np.int32)
+    codes = recode[pc.fill_null(indices, len(dictionary)).to_numpy()]
+    return (
+        pa.DictionaryArray.from_arrays(
+            pa.array(codes, mask=codes < 0), categories.cast(pa.string())
+        )
+        .to_pandas()
+        .array
+    )
 
 
 def _check_types(path: Path, schema: pa.Schema, columns: list[str]) -> None:
@@ -222,7 +295,9 @@ def read_table(
         if missing:
             raise TraceInputError(path, f"table lacks required column(s) {', '.join(missing)}")
         _check_types(path, pf.schema_arrow, [c for c in columns or names if c in names])
-        tables.append(_read(path, [c for c in columns if c in names] if columns else None, pf))
+        tables.append(
+            _read_texts_encoded(path, pf, [c for c in columns if c in names] if columns else None)
+        )
     try:
         table = pa.concat_tables(tables, promote_options="permissive")
     except (pa.ArrowException, ValueError) as exc:

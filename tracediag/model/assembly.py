@@ -79,7 +79,10 @@ def _exact_int64(col: pd.Series, as_float: np.ndarray) -> np.ndarray:
 
 
 def _intern_tracks(parts: list[RankPart]) -> tuple[pd.DataFrame, list[np.ndarray]]:
-    rows, codes_per_part = [], []
+    columns: dict[str, list] = {
+        c: [] for c in (S.RANK, S.TRACK_NAME, S.TRACK_KIND, S.ENGINE, S.DEVICE, S.CLOCK)
+    }
+    codes_per_part = []
     for part in parts:
         ev = part.events
         # factorize works on Categorical codes: no string per row is compared.
@@ -87,25 +90,28 @@ def _intern_tracks(parts: list[RankPart]) -> tuple[pd.DataFrame, list[np.ndarray
         if (codes < 0).any():
             raise S.SchemaError("events without a track label")
         first = pd.Series(np.arange(len(codes))).groupby(codes).min().to_numpy()
-        base = len(rows)
-        for label, i in zip(uniq, first, strict=True):
-            rows.append(
-                {
-                    S.RANK: part.meta.rank,
-                    S.TRACK_NAME: str(label),
-                    S.TRACK_KIND: ev[TRACK_KIND_COL].iat[i],
-                    S.ENGINE: ev[TRACK_ENGINE].iat[i] if TRACK_ENGINE in ev else "",
-                    S.DEVICE: ev[TRACK_DEVICE].iat[i] if TRACK_DEVICE in ev else "",
-                    S.CLOCK: ev[TRACK_CLOCK].iat[i]
-                    if TRACK_CLOCK in ev
-                    else f"rank{part.meta.rank}",
-                }
-            )
+        base = len(columns[S.RANK])
+        n = len(first)
+
+        columns[S.RANK] += [part.meta.rank] * n
+        columns[S.TRACK_NAME] += [str(label) for label in uniq]
+        columns[S.TRACK_KIND] += ev[TRACK_KIND_COL].iloc[first].tolist()
+        # Each track's values at its first row, one gather per column (not one per track).
+        columns[S.ENGINE] += _at_rows(ev, TRACK_ENGINE, first, "")
+        columns[S.DEVICE] += _at_rows(ev, TRACK_DEVICE, first, "")
+        columns[S.CLOCK] += _at_rows(ev, TRACK_CLOCK, first, f"rank{part.meta.rank}")
         codes_per_part.append(codes.astype("int32") + base)
-    tracks = pd.DataFrame(rows) if rows else S.empty_frame(S.TRACK_COLUMNS)
+    tracks = pd.DataFrame(columns) if columns[S.RANK] else S.empty_frame(S.TRACK_COLUMNS)
     if len(tracks):
         tracks[S.TRACK_KIND] = pd.Categorical(tracks[S.TRACK_KIND], categories=S.TRACK_KINDS)
     return tracks, codes_per_part
+
+
+def _at_rows(events: pd.DataFrame, column: str, rows: np.ndarray, default) -> list:
+    """``events[column]`` at ``rows`` as Python values; ``default`` each when it is absent."""
+    if column not in events:
+        return [default] * len(rows)
+    return events[column].iloc[rows].tolist()
 
 
 def _number_collectives(coll: pd.DataFrame) -> pd.DataFrame:
@@ -164,8 +170,12 @@ def assemble(parts: list[RankPart], inputs: list[S.InputFile] | None = None) -> 
             co_frames.append(co)
         offset += len(ev)
     events = _concat_events(ev_frames)
-    edges = pd.concat(ed_frames, ignore_index=True) if ed_frames else S.empty_frame(S.EDGE_COLUMNS)
-    edges[S.EDGE_KIND] = pd.Categorical(edges[S.EDGE_KIND].astype(str), categories=S.EDGE_KINDS)
+    if ed_frames:
+        edges = pd.concat([f.drop(columns=S.EDGE_KIND) for f in ed_frames], ignore_index=True)
+        edges[S.EDGE_KIND] = _edge_kinds([f[S.EDGE_KIND] for f in ed_frames])
+    else:
+        edges = S.empty_frame(S.EDGE_COLUMNS)
+        edges[S.EDGE_KIND] = pd.Categorical(edges[S.EDGE_KIND].astype(str), categories=S.EDGE_KINDS)
     if co_frames:
         coll = pd.concat(co_frames, ignore_index=True)
         for col, dtype in S.COLLECTIVE_COLUMNS.items():
@@ -187,6 +197,23 @@ def assemble(parts: list[RankPart], inputs: list[S.InputFile] | None = None) -> 
         inputs=inputs or [],
     )
     return S.validate(trace)
+
+
+def _edge_kinds(kinds: list[pd.Series]) -> pd.Categorical:
+    """The parts' edge kinds as one Categorical over :data:`S.EDGE_KINDS` (another kind:
+    missing), recoded once per distinct kind rather than through a string per edge."""
+    codes = []
+    for kind in kinds:
+        if isinstance(kind.dtype, pd.CategoricalDtype):
+            known = [str(c) for c in kind.cat.categories]
+            lookup = np.array(
+                [S.EDGE_KINDS.index(k) if k in S.EDGE_KINDS else -1 for k in known] + [-1],
+                dtype=np.int8,
+            )
+            codes.append(lookup[kind.cat.codes.to_numpy()])
+        else:
+            codes.append(pd.Categorical(kind.astype(str), categories=S.EDGE_KINDS).codes)
+    return pd.Categorical.from_codes(np.concatenate(codes), categories=S.EDGE_KINDS)
 
 
 def _default(dtype: str, n: int):
@@ -211,6 +238,9 @@ def _concat_events(frames: list[pd.DataFrame]) -> pd.DataFrame:
         for f in frames:
             if col in f:
                 pieces.append(f[col])
+            elif col in cat_cols:  # missing throughout this frame: no value to encode
+                none = pd.Index([], dtype=object)
+                pieces.append(pd.Series(pd.Categorical.from_codes(np.full(len(f), -1), none)))
             else:
                 dtype = S.EVENT_OPTIONAL.get(col, "float64")
                 fill = np.nan if dtype in ("float64", "category") else -1
