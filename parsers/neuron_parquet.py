@@ -50,7 +50,7 @@ from tracediag.parsers.neuron_common import (
 )
 from tracediag.parsers.neuron_errors import ERROR_COLUMNS, record_errors
 from tracediag.parsers.neuron_events import times
-from tracediag.parsers.neuron_executions import Spans, execution_of
+from tracediag.parsers.neuron_executions import Spans, execution_edges, execution_of, snap_to_idle
 from tracediag.parsers.neuron_flow import flow_edges
 from tracediag.parsers.neuron_kernel_fields import tensor_sizes
 from tracediag.parsers.neuron_parquet_cc import fill_empty_groups, stream_indices
@@ -276,6 +276,11 @@ def _timed_table(
     return frame
 
 
+def _located(tables: dict, first: dict[str, int]) -> dict:
+    """The present tables with the event row of their first row (as ``execution_edges`` takes)."""
+    return {k: (t, first[k]) for k, t in tables.items() if t is not None}
+
+
 def _events_part(
     files: dict, meta: S.RankMeta, device: str, metadata: dict
 ) -> tuple[RankPart, Spans | None]:
@@ -304,6 +309,7 @@ def _events_part(
         _time_base([instr, dma, cc], metadata),
         meta,
     )
+    spans = snap_to_idle(spans, [instr, dma, cc], meta)
     if cc is not None:
         cc = fill_empty_groups(cc, meta)
         cc = stream_indices(cc, read_table(files.get("CcStream"), CC_STREAM_COLUMNS), meta)
@@ -314,7 +320,10 @@ def _events_part(
         device,
         {"instruction": instr, "dma": dma, "cc": cc},
         {"instruction": "Instruction", "dma": dma_table, "cc": "CcOp"},
-        lambda ids, _first: [flow_edges(flow, ids, meta)] if flow is not None else [],
+        lambda ids, first: [
+            *([flow_edges(flow, ids, meta)] if flow is not None else []),
+            execution_edges(spans, _located({"instruction": instr, "dma": dma, "cc": cc}, first)),
+        ],
         read_updates(files.get("SemaphoreUpdate")),
         semaphore_texts,
     )

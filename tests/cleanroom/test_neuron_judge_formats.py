@@ -1,0 +1,282 @@
+"""Clean-room judge (issue 15): one simulated run, every Neuron layout, the same answers.
+
+Black box: only ``tracediag.load``/``tracediag.diagnose``, the loaded job's public frames
+(``ranks``, ``collectives``) and the CLI's JSON report. The expected figures come from the
+simulator in ``neuron_judge_writer`` (re-run with the cause removed for the savings), never
+from the tool.
+
+One test per run (cause x variant seed) loads the run's four layouts once and makes every
+check on them (so pytest-xdist never loads a run twice). Each failed check has an id
+(``col201[parquet]``); ``KNOWN`` lists the checks the tool is known to fail, with the figures
+at the time. A run whose failing checks are exactly its known ones is an xfail carrying the
+measured figures; any other difference (a new failure, or a known one that now passes) fails
+the test, so a fix or a regression is never silent. Nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tracediag
+from tests.cleanroom.neuron_judge_writer import (
+    CLEAN,
+    DEVICE_LAYOUTS,
+    LAYOUTS,
+    Shape,
+    slow_dma,
+    straggler,
+    truth,
+    write_run,
+)
+
+CAUSES = {
+    "clean": CLEAN,
+    "straggler": straggler(rank=2, slower_pct=30),
+    "dma": slow_dma(layer=2, k=10),
+}
+# (cause, variant seed): seeds picked so that every open reading of Variants is written at least once
+RUNS = [
+    ("clean", 0),
+    ("clean", 20),
+    ("straggler", 0),
+    ("straggler", 8),
+    ("straggler", 3),
+    ("straggler", 54),
+    ("dma", 0),
+    ("dma", 16),
+]
+SYSTEM_LAYOUTS = tuple(x for x in LAYOUTS if x not in DEVICE_LAYOUTS)
+DEVICE_ONLY = ("DMA", "CMP", "NUM")  # families only a device profile can show
+ALIGN_TOL_NS = 2_000
+SAVING_TOL = 0.15
+CLI_RUN = ("straggler", 0)
+CLI_LAYOUTS = ("parquet", "perfetto")
+
+# Checks the tool failed when this judge was written (2026-12-02), by run. Reasons in short;
+# the xfail message carries the figures measured on each run.
+_HALF = "legacy JSON holding 2 executions without a pc restart: read as one, saving ~50%"
+_US = "system_profile.json with timestamp_unit 'us': rejected ('start_ts' is not an integer)"
+_GID = "worker_gid 32..35 renumbered 0..3 (system formats)"
+_DIRS = "legacy JSON named as profile_rank_<g>/ntff.json folders: ranks by input order, not <g>"
+KNOWN = {
+    ("straggler", 0): {"col201[legacy_json]": _HALF},
+    ("straggler", 8): {
+        "col201[legacy_json]": _HALF,
+        "same-all": _GID,
+        "ranks[system_json]": _GID,
+        "ranks[perfetto]": _GID,
+        "col201[system_json]": _GID,
+        "col201[perfetto]": _GID,
+    },
+    ("straggler", 3): {
+        "col201[legacy_json]": _HALF,
+        "same-all": _US,
+        "load[system_json]": _US,
+    },
+    ("straggler", 54): {"col201[legacy_json]": _HALF},
+    ("dma", 0): {
+        "dma101[parquet]": "Parquet without DmaPacket: DMA101 only info, saving 0",
+        "dma101[legacy_json]": _HALF,
+        "same-device": "DMA101 at warning only in Parquet",
+    },
+    ("dma", 16): {
+        "dma101[legacy_json]": _HALF,
+        "same-device": _DIRS + "; DMA104 at warning only in Parquet",
+        "same-all": _GID,
+        "ranks[system_json]": _GID,
+        "ranks[perfetto]": _GID,
+        "ranks[legacy_json]": _DIRS,
+    },
+}
+
+
+def _input_paths(run: dict, layout: str) -> list[str]:
+    root = Path(run["paths"][layout])
+    if layout == "legacy_json" and run["variants"].json_layout == "dirs":
+        return [str(p) for p in sorted(root.iterdir())]  # one folder per rank: named one by one
+    return [str(root)]
+
+
+def _load(run: dict, layout: str):
+    """(job, diagnosis) or the error text: an error fails every check of the layout."""
+    try:
+        job = tracediag.load(_input_paths(run, layout), cache=False, jobs=1)
+        return job, tracediag.diagnose(job), None
+    except Exception as exc:  # noqa: BLE001 - the judge reports any failure as a failed check
+        return None, None, f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def _warn_set(diag, exclude: tuple = ()) -> set:
+    return {
+        (f.code, tuple(sorted(int(r) for r in f.ranks)))
+        for f in diag.at_or_above("warning")
+        if not f.code.startswith(exclude)
+    }
+
+
+def _instances(job):
+    """The loaded collectives, instances in time order x ranks: ends and arrivals (ns)."""
+    c = job.collectives
+    order = c.groupby("coll_key", observed=True).end_ns.median().sort_values().index
+    ends = c.pivot_table(index="coll_key", columns="rank", values="end_ns", observed=True).loc[
+        order
+    ]
+    arr = c.pivot_table(index="coll_key", columns="rank", values="arrival_ns", observed=True).loc[
+        order
+    ]
+    return ends.to_numpy(np.int64), arr.to_numpy(np.int64)
+
+
+def _layout_checks(run: dict, layout: str, job, diag, cause: str) -> dict:
+    """Failed checks of one layout: id -> what was expected and what the tool gave."""
+    t, shape, bad = run["truth"], run["sim"].shape, {}
+    ranks = [int(r) for r in job.ranks]
+    if ranks != t["ranks"]:
+        bad[f"ranks[{layout}]"] = f"ranks {ranks}, written {t['ranks']}"
+    ends, arr = _instances(job)
+    if ends.shape != (shape.n_steps, shape.n_ranks):
+        bad[f"ends[{layout}]"] = (
+            f"collective instances x ranks {ends.shape}, written {(shape.n_steps, shape.n_ranks)}"
+        )
+    else:
+        spread = ends.max(axis=1) - ends.min(axis=1)
+        if (spread > ALIGN_TOL_NS).any():
+            bad[f"ends[{layout}]"] = (
+                f"AllReduce end spread {spread.tolist()} ns after alignment (max {ALIGN_TOL_NS})"
+            )
+        rel = arr - arr.min(axis=1, keepdims=True)
+        want = np.asarray(t["arrival_rel_ns"])
+        if (np.abs(rel - want) > ALIGN_TOL_NS).any():
+            bad[f"arrivals[{layout}]"] = (
+                f"arrival offsets {rel.tolist()} ns, simulated {want.tolist()}"
+            )
+    warn = list(diag.at_or_above("warning"))
+    if cause == "straggler":
+        late = t["late_rank"][0]
+        col = [f for f in warn if f.code == "COL201"]
+        best = max(col, key=lambda f: f.saving_ns) if col else None
+        if best is None:
+            bad[f"col201[{layout}]"] = f"no COL201 at warning+ (got {sorted(_warn_set(diag))})"
+        elif [int(r) for r in best.ranks] != [late] or abs(
+            best.saving_ns - t["saving_ns"]
+        ) > SAVING_TOL * t["saving_ns"]:
+            bad[f"col201[{layout}]"] = (
+                f"COL201 ranks {list(best.ranks)} saving {best.saving_ns} ns; truth rank "
+                f"{late}, saving {t['saving_ns']} ns (+-{SAVING_TOL:.0%})"
+            )
+    if cause == "dma" and layout in DEVICE_LAYOUTS:
+        dma = [f for f in warn if f.code == "DMA101"]
+        best = max(dma, key=lambda f: f.saving_ns) if dma else None
+        if best is None:
+            info = [
+                (f.code, str(f.severity), f.saving_ns)
+                for f in diag.findings
+                if f.code.startswith("DMA")
+            ]
+            bad[f"dma101[{layout}]"] = (
+                f"no DMA101 at warning+ (DMA findings: {info}); truth saving {t['saving_ns']} ns"
+            )
+        elif (
+            sorted(int(r) for r in best.ranks) != t["ranks"]
+            or abs(best.saving_ns - t["saving_ns"]) > SAVING_TOL * t["saving_ns"]
+        ):
+            bad[f"dma101[{layout}]"] = (
+                f"DMA101 ranks {list(best.ranks)} saving {best.saving_ns} ns; truth ranks "
+                f"{t['ranks']}, saving {t['saving_ns']} ns (+-{SAVING_TOL:.0%})"
+            )
+    if (cause == "clean" or (cause == "dma" and layout in SYSTEM_LAYOUTS)) and warn:
+        # nothing to see: a clean run, or every rank equally slower as a system profile shows it
+        bad[f"quiet[{layout}]"] = "warning+ findings on a run without a visible cause: " + str(
+            [(f.code, list(f.ranks), f.title) for f in warn]
+        )
+    return bad
+
+
+def _cli_check(run: dict, layout: str, diag) -> dict:
+    exe = shutil.which("tracediag") or str(Path(sys.executable).with_name("tracediag"))
+    out = subprocess.run(
+        [exe, "report", *_input_paths(run, layout), "--format", "json", "--no-cache", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if out.returncode != 0:
+        return {f"cli[{layout}]": f"exit {out.returncode}: {out.stderr[-500:]}"}
+    rep = json.loads(out.stdout)
+    cli = {
+        (f["code"], tuple(sorted(f["ranks"])), f["saving_ns"])
+        for f in rep["findings"]
+        if f["severity"] in ("warning", "error")
+    }
+    api = {
+        (f.code, tuple(sorted(int(r) for r in f.ranks)), int(f.saving_ns))
+        for f in diag.at_or_above("warning")
+    }
+    rank_ids = [r["rank"] for r in rep["ranks"]]
+    if cli != api or rank_ids != run["truth"]["ranks"]:
+        return {f"cli[{layout}]": f"CLI ranks {rank_ids} findings {sorted(cli)}; API {sorted(api)}"}
+    return {}
+
+
+@pytest.mark.parametrize(("cause", "seed"), [pytest.param(c, s, id=f"{c}-s{s}") for c, s in RUNS])
+def test_every_layout_of_the_run_gives_the_truth(tmp_path, cause, seed):
+    """Ranks, clock alignment (AllReduce ends within 2 us, arrivals as simulated), the cause's
+    finding with its re-simulated saving, quiet runs quiet, and the same findings at warning
+    and above from every layout of the run (device-only families compared between the device
+    layouts)."""
+    run = write_run(tmp_path, CAUSES[cause], seed)
+    bad, device_sets, system_sets = {}, {}, {}
+    for layout in LAYOUTS:
+        job, diag, err = _load(run, layout)
+        if err:
+            bad[f"load[{layout}]"] = err
+            continue
+        bad.update(_layout_checks(run, layout, job, diag, cause))
+        system_sets[layout] = _warn_set(diag, exclude=DEVICE_ONLY)
+        if layout in DEVICE_LAYOUTS:
+            device_sets[layout] = _warn_set(diag)
+        if (cause, seed) == CLI_RUN and layout in CLI_LAYOUTS:
+            bad.update(_cli_check(run, layout, diag))
+    if (
+        len(device_sets) < len(DEVICE_LAYOUTS)
+        or len({frozenset(s) for s in device_sets.values()}) != 1
+    ):
+        bad["same-device"] = f"warning+ (code, ranks) by device layout: {device_sets}"
+    if len(system_sets) < len(LAYOUTS) or len({frozenset(s) for s in system_sets.values()}) != 1:
+        bad["same-all"] = f"warning+ (code, ranks) without {DEVICE_ONLY} by layout: {system_sets}"
+    known = KNOWN.get((cause, seed), {})
+    header = (
+        f"variants: {run['variants'].describe()}; truth: saving {run['truth']['saving_ns']} ns, "
+        f"late rank {run['truth']['late_rank']}, ranks {run['truth']['ranks']}"
+    )
+    unexpected = {k: v for k, v in bad.items() if k not in known}
+    fixed = sorted(set(known) - set(bad))
+    if unexpected or fixed:
+        lines = [f"  FAILED {k}: {v}" for k, v in unexpected.items()]
+        lines += [f"  NOW PASSES (remove from KNOWN): {k} ({known[k]})" for k in fixed]
+        pytest.fail(header + "\n" + "\n".join(lines))
+    if bad:
+        pytest.xfail(
+            header + " | known failures: " + " | ".join(f"{k}: {v}" for k, v in bad.items())
+        )
+
+
+def test_judge_truth_matches_the_figures_worked_by_hand():
+    """The simulator's truth against arithmetic on the nominal durations (jitter is +-0.4%):
+    the straggler is 30% slower on 4 x (30 + 8) us per step; layer 2's 100 us DMA, issued at
+    0.9 us, ends 22.4 us after layer 1's activation (2.5 us + 2 x 38 us); two steps."""
+    sh = Shape()
+    assert truth(sh, CLEAN, 0)["saving_ns"] == 0
+    t = truth(sh, CAUSES["straggler"], 0)
+    assert t["late_rank"] == [2, 2]
+    assert t["lateness_ns"] == pytest.approx([0.3 * 4 * 38_000] * 2, rel=0.02)
+    assert t["saving_ns"] == pytest.approx(2 * 0.3 * 4 * 38_000, rel=0.02)
+    t = truth(sh, CAUSES["dma"], 0)
+    assert t["saving_ns"] == pytest.approx(2 * (900 + 100_000 - (2_500 + 2 * 38_000)), rel=0.03)
