@@ -74,18 +74,32 @@ def _smallest(nodes, values):
     return nodes[first], values[first]
 
 
-@dataclass
 class ReplayResult:
-    start: np.ndarray
-    end: np.ndarray
-    window: np.ndarray  # the nodes that define the window (Graph.window)
+    """A replay's node times: ``start`` and ``end`` (ns, per node), ``window`` the nodes that
+    define the window (Graph.window). The per-node arrays are made when first read: most
+    what-ifs ask only ``length_ns``, which reads the window's nodes alone."""
+
+    def __init__(self, end_a, anchor_slot, offset, dur, window) -> None:
+        self._end_a, self._slot, self._offset, self._dur = end_a, anchor_slot, offset, dur
+        self.window = window
+
+    @functools.cached_property
+    def end(self) -> np.ndarray:
+        # An anchor's own offset is 0: one expression for chain nodes and anchors alike.
+        return self._end_a[self._slot] + self._offset
+
+    @functools.cached_property
+    def start(self) -> np.ndarray:
+        return self.end - self._dur
 
     @property
     def length_ns(self) -> int:
         """First start to last end of the replayed window."""
-        if not len(self.start):
+        if not len(self._slot):
             return 0
-        return int(self.end[self.window].max() - self.start[self.window].min())
+        w = self.window
+        end = self._end_a[self._slot[w]] + self._offset[w]  # the same sums as ``end``'s
+        return int(end.max() - (end - self._dur[w]).min())
 
 
 @dataclass
@@ -109,11 +123,34 @@ class _Plan:
     edge_ptr: np.ndarray  # their predecessor edges, compacted: loop[k]'s are edge_ptr[k]:[k+1]
     edge_src: np.ndarray  # predecessor of each compacted edge
     edge_anchor: np.ndarray  # slot of that predecessor's anchor
+    # For replaying a window of the loop: per slot, the first and last loop anchor reading its
+    # chain (none: len(loop) and -1) and its own loop index (-1: a root). ``windowed`` is False when an edge
+    # reads an anchor not yet replayed (edges left in a cycle): then every replay is a full one.
+    first_read: np.ndarray
+    last_read: np.ndarray
+    slot_loop: np.ndarray
+    windowed: bool
+    # The unchanged graph's replay, made on the first replay: anchor ends, chain offsets.
+    base_end_a: np.ndarray | None = None
+    base_offset: np.ndarray | None = None
+    slot_nodes: np.ndarray | None = None  # nodes by the slot of their chain, made when needed:
+    slot_ptr: np.ndarray | None = None  # slot s's are slot_nodes[slot_ptr[s]:slot_ptr[s + 1]]
 
     @functools.cached_property
-    def loop_lists(self) -> tuple[list[int], list[int], list[int]]:
-        """``loop_slot``, ``edge_ptr``, ``edge_anchor`` as lists, for the interpreted loop."""
-        return self.loop_slot.tolist(), self.edge_ptr.tolist(), self.edge_anchor.tolist()
+    def loop_lists(self) -> tuple[list[int], list[int], list[int], list[int]]:
+        """``loop_slot``, ``edge_ptr``, ``edge_anchor``, ``last_read`` as lists, for the
+        interpreted loop."""
+        return (
+            self.loop_slot.tolist(),
+            self.edge_ptr.tolist(),
+            self.edge_anchor.tolist(),
+            self.last_read.tolist(),
+        )
+
+    @functools.cached_property
+    def base_lists(self) -> tuple[list[int], list[int]]:
+        """The unchanged replay's anchor ends and per-edge source offsets, as lists."""
+        return self.base_end_a.tolist(), self.base_offset[self.edge_src].tolist()
 
 
 def _plan(graph: Graph) -> _Plan:
@@ -145,6 +182,17 @@ def _plan(graph: Graph) -> _Plan:
     edge_ptr = np.r_[0, np.cumsum(hi - lo)]
     idx = np.repeat(lo - edge_ptr[:-1], hi - lo) + np.arange(int(edge_ptr[-1]))
     edge_src = graph.pred_src[idx]
+    edge_anchor = slot[anchor[edge_src]]
+    # Which loop anchor each edge feeds, and which slots each loop anchor reads.
+    edge_loop = np.repeat(np.arange(len(loop)), hi - lo)
+    first_read = np.full(len(anchors), len(loop), dtype=np.int64)
+    np.minimum.at(first_read, edge_anchor, edge_loop)
+    last_read = np.full(len(anchors), -1, dtype=np.int64)
+    np.maximum.at(last_read, edge_anchor, edge_loop)
+    slot_loop = np.full(len(anchors), -1, dtype=np.int64)
+    slot_loop[slot[loop]] = np.arange(len(loop))
+    # Every edge reads an anchor replayed before it, and no chain closes on itself.
+    windowed = bool((slot_loop[edge_anchor] < edge_loop).all() and not single[anchors].any())
     plan = _Plan(
         single,
         parent,
@@ -155,7 +203,11 @@ def _plan(graph: Graph) -> _Plan:
         slot[loop],
         edge_ptr,
         edge_src,
-        slot[anchor[edge_src]],
+        edge_anchor,
+        first_read,
+        last_read,
+        slot_loop,
+        windowed,
     )
     graph.replay_plan = plan  # a graph is never changed once built
     return plan
@@ -172,16 +224,27 @@ def _chain_offsets(plan: _Plan, w: np.ndarray) -> np.ndarray:
     return acc
 
 
-def _anchor_ends(end_a, loop_slot, edge_ptr, edge_anchor, edge_src, offset, w_loop):
-    """In place: each loop anchor's end, in topological order, from its predecessors' ends."""
-    for k in range(len(loop_slot)):
+def _anchor_ends(
+    end_a, loop_slot, edge_ptr, edge_anchor, edge_src, offset, w_loop, last_read, k, horizon
+):
+    """In place: the loop anchors' ends from loop index ``k`` on, in topological order, from
+    their predecessors' ends, while an anchor still to come reads an end that moved (up to
+    ``horizon`` at least). Given every anchor's unchanged end, it stops where a change stops
+    moving anything; from ``k`` 0 with the last index as ``horizon`` it is the full pass."""
+    while k <= horizon:
         lo, hi = edge_ptr[k], edge_ptr[k + 1]
         m = end_a[edge_anchor[lo]] + offset[edge_src[lo]]
         for i in range(lo + 1, hi):
             e = end_a[edge_anchor[i]] + offset[edge_src[i]]
             if e > m:
                 m = e
-        end_a[loop_slot[k]] = m + w_loop[k]
+        s = loop_slot[k]
+        e = m + w_loop[k]
+        if e != end_a[s]:
+            end_a[s] = e
+            if last_read[s] > horizon:  # a reader later on must see the moved end
+                horizon = last_read[s]
+        k += 1
 
 
 # Above this many predecessor edges into anchors the loop runs compiled: interpreted it costs
@@ -193,45 +256,155 @@ _COMPILE_ABOVE_EDGES = 200_000
 
 @functools.cache
 def _anchor_kernel():
+    """The compiled loop, or None where numba is missing or cannot compile (the interpreted
+    loop gives the same ends). cache=True keeps the machine code on disk, so only the first run
+    ever compiles; where no cache directory is writable it compiles in memory each process."""
     # Compiled on first use, not at import, so commands that never replay a big graph do not
-    # import numba; cache=True keeps the machine code on disk: only the first run ever compiles.
-    import numba
+    # import numba.
+    try:
+        import numba
+    except Exception:  # missing, or broken by its dependencies (a numpy it does not support)
+        return None
+    for cache in (True, False):
+        try:
+            kernel = numba.njit(cache=cache, nogil=True)(_anchor_ends)
+            # Compile now on a one-anchor loop, so a failure to compile or to write the disk
+            # cache shows here, once, and not in the middle of a replay.
+            one = np.zeros(1, dtype=np.int64)
+            kernel(one.copy(), one, np.array([0, 1]), one, one, one, one, one - 1, 0, 0)
+            return kernel
+        except Exception:
+            continue
+    return None
 
-    return numba.njit(cache=True, nogil=True)(_anchor_ends)
+
+def _loop(plan: _Plan, end_a, offset, w_loop, k, horizon, base_src_offset=None):
+    """Run the anchor loop from ``k`` (see ``_anchor_ends``), compiled on a big graph."""
+    kernel = _anchor_kernel() if plan.edge_ptr[-1] > _COMPILE_ABOVE_EDGES else None
+    if kernel is not None:
+        args = (plan.loop_slot, plan.edge_ptr, plan.edge_anchor, plan.edge_src, offset)
+        try:
+            kernel(end_a, *args, w_loop, plan.last_read, k, horizon)
+            return end_a
+        except Exception:  # numba failed to compile these types: before the loop, end_a intact
+            pass
+    # The same function interpreted, on lists (Python indexes them faster than arrays); the
+    # offsets come gathered per edge, so the edge's source is its own index: a range.
+    src_offset = base_src_offset if base_src_offset is not None else offset[plan.edge_src].tolist()
+    slots, ptr, anchor, last = plan.loop_lists
+    ends = end_a if isinstance(end_a, list) else end_a.tolist()
+    edges = range(len(src_offset))
+    _anchor_ends(ends, slots, ptr, anchor, edges, src_offset, w_loop.tolist(), last, k, horizon)
+    return np.asarray(ends, np.int64)
 
 
-def replay(graph: Graph, change: WhatIf | None = None) -> ReplayResult:
-    """Replay the graph, optionally with a change, and return the new node times."""
-    dur = graph.dur.copy()
-    gap = graph.gap.copy()
-    if change is not None:
-        if change.dur_nodes is not None and len(change.dur_nodes):
-            dur[change.dur_nodes] = np.maximum(change.dur_values, 0)
-        if change.gap_nodes is not None and len(change.gap_nodes):
-            gap[change.gap_nodes] = change.gap_values
-    plan = _plan(graph)
-    w = gap + dur
+def _full(graph: Graph, plan: _Plan, dur: np.ndarray, w: np.ndarray):
+    """Every anchor's end and every node's chain offset, by one pass over the whole loop."""
     offset = _chain_offsets(plan, w)
     # Anchors in topological order: a root keeps its start; another anchor starts after its
     # latest predecessor, whose end is its own anchor's end plus its chain offset.
     end_a = graph.start[plan.anchors] + dur[plan.anchors]
-    if plan.edge_ptr[-1] > _COMPILE_ABOVE_EDGES:
-        _anchor_kernel()(
-            end_a,
-            plan.loop_slot,
-            plan.edge_ptr,
-            plan.edge_anchor,
-            plan.edge_src,
-            offset,
-            w[plan.loop],
+    end_a = _loop(plan, end_a, offset, w[plan.loop], 0, len(plan.loop) - 1)
+    return end_a, offset
+
+
+def replay(graph: Graph, change: WhatIf | None = None) -> ReplayResult:
+    """Replay the graph, optionally with a change, and return the new node times.
+
+    A change is replayed over the window of the topological order it can move: the anchor loop
+    starts at the first anchor that reads a changed node and stops once no anchor still to
+    come reads an end that moved, the other anchors keeping the unchanged replay's ends (made
+    once per graph). The times are the full pass's, bit for bit: an anchor none of whose inputs
+    moved keeps its end. Chain offsets are recomputed only when a chain member changed.
+    """
+    dur, gap = graph.dur, graph.gap
+    nodes = np.zeros(0, dtype=np.int64)
+    if change is not None:
+        if change.dur_nodes is not None and len(change.dur_nodes):
+            dur = dur.copy()
+            dur[change.dur_nodes] = np.maximum(change.dur_values, 0)
+            nodes = change.dur_nodes
+        if change.gap_nodes is not None and len(change.gap_nodes):
+            gap = gap.copy()
+            gap[change.gap_nodes] = change.gap_values
+            nodes = np.concatenate([nodes, change.gap_nodes])
+    plan = _plan(graph)
+    w = gap + dur
+    if not plan.windowed:
+        end_a, offset = _full(graph, plan, dur, w)
+        return _result(graph, plan, end_a, offset, dur)
+    if plan.base_end_a is None:
+        plan.base_end_a, plan.base_offset = _full(graph, plan, graph.dur, graph.gap + graph.dur)
+    end_a, offset = _windowed(graph, plan, dur, w, nodes)
+    return _result(graph, plan, end_a, offset, dur)
+
+
+def _windowed(graph: Graph, plan: _Plan, dur, w, nodes):
+    """Anchor ends and chain offsets with ``dur`` and ``w`` changed at ``nodes`` at most (a
+    node may come twice), from the unchanged replay's."""
+    base_w = graph.gap[nodes] + graph.dur[nodes]
+    moved_w = nodes[w[nodes] != base_w]
+    slot = plan.anchor_slot
+    # A chain member's new w moves the offsets below it on its chain; a root's duration moves
+    # its end (its gap counts for nothing); a loop anchor's w moves its own end.
+    chain = moved_w[plan.single[moved_w]]
+    looped = plan.slot_loop[slot[moved_w]]
+    looped = looped[(looped >= 0) & ~plan.single[moved_w]]
+    roots = nodes[(dur[nodes] != graph.dur[nodes]) & (plan.anchors[slot[nodes]] == nodes)]
+    roots = roots[plan.slot_loop[slot[roots]] < 0]
+    if len(chain):
+        offset, base_src = _changed_offsets(plan, w, slot[chain]), None
+    else:  # unchanged offsets: the interpreted loop reuses their per-edge list too
+        offset = plan.base_offset
+        base_src = plan.base_lists[1] if plan.edge_ptr[-1] <= _COMPILE_ABOVE_EDGES else None
+    read = slot[np.r_[chain, roots]]
+    k = min(
+        int(plan.first_read[read].min(initial=len(plan.loop))),
+        int(looped.min(initial=len(plan.loop))),
+    )
+    if k >= len(plan.loop):  # nothing reads what changed
+        end_a = plan.base_end_a.copy()
+        end_a[slot[roots]] = graph.start[roots] + dur[roots]
+        return end_a, offset
+    horizon = max(int(plan.last_read[read].max(initial=-1)), int(looped.max(initial=-1)))
+    if base_src is not None:  # interpreted: start from the unchanged ends' list
+        end_a = list(plan.base_lists[0])
+        for s, e in zip(
+            slot[roots].tolist(), (graph.start[roots] + dur[roots]).tolist(), strict=True
+        ):
+            end_a[s] = e
+    else:
+        end_a = plan.base_end_a.copy()
+        end_a[slot[roots]] = graph.start[roots] + dur[roots]
+    return _loop(plan, end_a, offset, w[plan.loop], k, horizon, base_src), offset
+
+
+def _changed_offsets(plan: _Plan, w: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """Chain offsets with ``w`` changed on the chains of ``slots`` only: pointer jumping over
+    those chains' nodes (a chain holds its members' parents), the others' offsets unchanged."""
+    if plan.slot_ptr is None:  # nodes grouped by the slot of their chain
+        plan.slot_nodes = np.argsort(plan.anchor_slot, kind="stable")
+        plan.slot_ptr = np.searchsorted(
+            plan.anchor_slot[plan.slot_nodes], np.arange(len(plan.anchors) + 1)
         )
-    else:  # the same function interpreted, on lists (Python indexes them faster than arrays);
-        # the offsets come gathered per edge, so the edge's source is its own index: a range
-        ends, src_offset = end_a.tolist(), offset[plan.edge_src].tolist()
-        slots, ptr, anchor = plan.loop_lists
-        edges = range(len(src_offset))
-        _anchor_ends(ends, slots, ptr, anchor, edges, src_offset, w[plan.loop].tolist())
-        end_a = np.asarray(ends, np.int64)
-    # An anchor's own offset is 0: one expression for chain nodes and anchors alike.
-    end = end_a[plan.anchor_slot] + offset
-    return ReplayResult(end - dur, end, graph.window)
+    slots = np.sort(slots)  # each once (np.unique hashes: slower)
+    slots = slots[np.r_[True, slots[1:] != slots[:-1]]]
+    lo, hi = plan.slot_ptr[slots], plan.slot_ptr[slots + 1]
+    size = hi - lo
+    if size.sum() * 8 > len(w):  # dense: one pass over every node costs less
+        return _chain_offsets(plan, w)
+    nodes = np.sort(
+        plan.slot_nodes[np.repeat(lo - np.cumsum(size) + size, size) + np.arange(size.sum())]
+    )
+    acc = np.where(plan.single[nodes], w[nodes], 0)
+    jump = np.searchsorted(nodes, plan.parent[nodes])
+    for _ in range(plan.rounds):  # as _chain_offsets, on these nodes alone
+        acc = acc + acc[jump]
+        jump = jump[jump]
+    offset = plan.base_offset.copy()
+    offset[nodes] = acc
+    return offset
+
+
+def _result(graph: Graph, plan: _Plan, end_a: np.ndarray, offset: np.ndarray, dur: np.ndarray):
+    return ReplayResult(end_a, plan.anchor_slot, offset, dur, graph.window)

@@ -255,7 +255,7 @@ def _wider(a: pd.Series, b: pd.Series) -> pd.Series:
 def _block_scaled_dtype(low: pd.Series) -> pd.Series:
     """Dtype of CUTLASS block-scaled GEMMs from their A and B ``<scale>x<element>`` tokens."""
     parts = low.str.extract(_BLOCK_SCALED)
-    if parts.empty:
+    if not parts.notna().to_numpy().any():  # no such kernel: skip the per-operand steps
         return pd.Series(None, index=low.index, dtype=object)
 
     def operand(scale: pd.Series, element: pd.Series) -> pd.Series:
@@ -270,7 +270,7 @@ def _block_scaled_dtype(low: pd.Series) -> pd.Series:
 def _triton_dtype(low: pd.Series) -> pd.Series:
     """Dtype of triton_kernels matmuls from their ``<out>x<A>x<B>`` token."""
     parts = low.str.extract(_TRITON)
-    if parts.empty:
+    if not parts.notna().to_numpy().any():  # no such kernel: skip the two normalise calls
         return pd.Series(None, index=low.index, dtype=object)
     a = pd.Series(normalise(parts[0].fillna("")), index=low.index, dtype=object)
     b = pd.Series(normalise(parts[1].fillna("")), index=low.index, dtype=object)
