@@ -2,10 +2,14 @@
 
 A trace without GPU events has nothing but CPU slices, so its work is on CPU threads:
 
-- The *leaf* ``cpu_op`` slices of each thread (ops enclosing no other op) are its work, kind
-  ``compute`` (``host`` for ``c10d::*`` launches): leaves never overlap, so a thread stays a
-  serial track, and an op's time is counted once. The ops enclosing them stay markers, and so do
-  the ops inside a collective's range on its thread (gloo's copies into an all_gather's outputs).
+- The *outermost* ``cpu_op`` slices of each thread that enclose no ``c10d::*`` launch are its
+  work, kind ``compute`` (``host`` for the ``c10d::*`` launches themselves): they never overlap,
+  so a thread stays a serial track, and an op's time is counted once, its own time between its
+  children included (``aten::mm`` computes between its tiny ``aten::resolve_conj`` children: as
+  leaves, the multiply itself would be gaps). An op enclosing a launch (the autograd node whose
+  hook starts a DDP bucket's all-reduce) gives way to its children, so the launch is a node of its
+  own. The ops they enclose stay markers, and so do the ops inside a collective's range on its
+  thread (gloo's copies into an all_gather's outputs).
 - Collectives. torch's gloo backend writes each call twice (see tests/real_traces/reading.md):
   the ``c10d::X`` launch on the calling thread, and a ``gloo:Y`` range on a ``pt_gloo_runloop``
   thread from the start of the gloo work to its completion (its length includes the wait for late
@@ -50,28 +54,51 @@ def is_host_only(rows: Rows) -> bool:
 
 def host_kinds(rows: Rows) -> np.ndarray:
     """Kinds of a host-only trace's slices (int8 codes into ``S.KINDS``), collectives excepted
-    (:func:`host_collectives` sets those): leaf ``cpu_op`` slices are compute, leaf ``c10d::``
-    launches host; everything else a marker."""
+    (:func:`host_collectives` sets those): the outermost ``cpu_op`` slices enclosing no
+    ``c10d::`` launch are compute, the launches host; everything else a marker."""
     kind = np.full(len(rows.family), KIND["marker"], dtype=np.int8)
     ops = rows.where("cpu_op", gpu=False)
-    leaves = ops[_leaves(rows, ops)]
-    kind[leaves] = np.where(rows.matches(C10D_OP, leaves), KIND["host"], KIND["compute"])
+    is_launch = rows.matches(C10D_OP, ops)
+    free = ops[~_encloses(rows, ops, ops[is_launch])]
+    work = free[_outermost(rows, free)]
+    kind[work] = np.where(rows.matches(C10D_OP, work), KIND["host"], KIND["compute"])
     return kind
 
 
-def _leaves(rows: Rows, ops: np.ndarray) -> np.ndarray:
-    """Per op, whether it encloses no other op of its thread. Sorted by (thread, start, longer
-    first), a properly nested child comes right after its parent."""
+def _thread_keys(rows: Rows, at: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """One int64 key per (thread, time), thread-major: sorted keys are sorted by thread, then
+    time."""
+    span = int(max(rows.end.max(initial=0) - rows.ts.min(initial=0), 1)) + 1
+    return rows.thread[at].astype(np.int64) * span + (t - int(rows.ts.min(initial=0)))
+
+
+def _encloses(rows: Rows, ops: np.ndarray, inner: np.ndarray) -> np.ndarray:
+    """Per op, whether another of the ``inner`` slices of its thread starts inside it (slices
+    nest, so it then ends inside it too)."""
+    if not len(inner):
+        return np.zeros(len(ops), dtype=bool)
+    key = np.sort(_thread_keys(rows, inner, rows.ts[inner]))
+    lo = np.searchsorted(key, _thread_keys(rows, ops, rows.ts[ops]), side="left")
+    hi = np.searchsorted(key, _thread_keys(rows, ops, rows.end[ops]), side="left")
+    itself = np.isin(ops, inner)  # an inner slice starts at its own start: not inside itself
+    return (hi - lo - itself) > 0
+
+
+def _outermost(rows: Rows, ops: np.ndarray) -> np.ndarray:
+    """Per op, whether no other of ``ops`` on its thread encloses it. Sorted by (thread, start,
+    longer first), an op is enclosed when an earlier one of its thread is still open at its
+    start (slices nest)."""
     if not len(ops):
         return np.zeros(0, dtype=bool)
     order = np.lexsort((rows.ts[ops] - rows.end[ops], rows.ts[ops], rows.thread[ops]))
     o = ops[order]
-    parent = np.r_[
-        (rows.thread[o][1:] == rows.thread[o][:-1]) & (rows.ts[o][1:] < rows.end[o][:-1]), False
-    ]
-    leaf = np.empty(len(ops), dtype=bool)
-    leaf[order] = ~parent
-    return leaf
+    # Thread-major keys: a running maximum never carries one thread's end into the next.
+    open_until = np.maximum.accumulate(_thread_keys(rows, o, rows.end[o]))
+    starts = _thread_keys(rows, o, rows.ts[o])
+    top = np.r_[True, starts[1:] >= open_until[:-1]]
+    out = np.empty(len(ops), dtype=bool)
+    out[order] = top
+    return out
 
 
 def host_collectives(

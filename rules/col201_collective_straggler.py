@@ -100,6 +100,16 @@ class CollectiveStraggler(Rule):
                     f" It is last at no more than {share:.0%} of any operation's instances: the "
                     "lateness moves between ranks (noise), no single rank holds the job up."
                 )
+            own_ops, own_gaps = _own_cut(ctx, change)
+            clocks = ""
+            uncertainty = _clock_uncertainty(ctx, int(rank))
+            if uncertainty and mean_late <= uncertainty:
+                severity = min(severity, Severity.INFO)
+                clocks = (
+                    f" Its lateness ({fmt_ns(mean_late)} on average) is within the uncertainty of "
+                    f"the clocks between it and the other ranks ({fmt_ns(uncertainty)}, TRC503): "
+                    "the clocks' misalignment may explain it, so it is no more than info."
+                )
             yield ctx.finding(
                 self,
                 severity=severity,
@@ -107,8 +117,8 @@ class CollectiveStraggler(Rule):
                     f"Rank {rank} arrives last at {len(last_rows)} of {n_inst} collectives "
                     f"({', '.join(f'{n} {op}' for op, n in ops.items())}), on average {fmt_ns(mean_late)} "
                     f"after the median of the other participants; {_path_wait(ctx, impact)} "
-                    f"Arriving with the median rank, the step would be {fmt_ns(saving)} shorter.{cause}"
-                    f"{rotating}"
+                    f"Arriving with the median rank, the step would be {fmt_ns(saving)} shorter."
+                    f"{_beyond_wait(impact, int(saving), own_ops, own_gaps)}{cause}{rotating}{clocks}"
                 ),
                 ranks=(int(rank),),
                 # The cause, not the symptom: the engine and layers where it is slower than its
@@ -142,6 +152,9 @@ class CollectiveStraggler(Rule):
                         )
                     ],
                     "last_share": round(share, 4),
+                    "clock_uncertainty_ns": int(uncertainty),
+                    "own_work_cut_ns": own_ops,
+                    "own_gap_cut_ns": own_gaps,
                     "excess_over_peers_by_engine_ns": {str(k): int(v) for k, v in engines.items()},
                     "slowest_layers": layers,
                 },
@@ -185,6 +198,53 @@ def _arrival_nodes(graph, n_events: int) -> np.ndarray:
     return table
 
 
+def _clock_uncertainty(ctx, rank: int) -> float:
+    """ns by which ``rank``'s times may be off from the other ranks' after clock alignment: its
+    residual plus the largest other rank's (``clock_residual_ns``, what TRC503 reports; 0 on a
+    shared or reference clock)."""
+    res = {int(r): float(m.info.get("clock_residual_ns") or 0.0) for r, m in ctx.trace.meta.items()}
+    others = max((v for r, v in res.items() if r != rank), default=0.0)
+    return res.get(rank, 0.0) + others
+
+
+def _own_cut(ctx, change: WhatIf) -> tuple[int, int]:
+    """ns the change takes off the rank's own work (durations) and the idle gaps before that
+    work, in all. Gaps before collective arrivals (a gloo thread idle until the next call) are
+    left out: they are the rank's wait for its own work, counted once in that work."""
+    import numpy as np
+
+    from tracediag.whatif.straggler_pace import DURATION_KINDS
+
+    g = ctx.graph
+    ops = gaps = 0
+    if change.dur_nodes is not None and len(change.dur_nodes):
+        ops = int(np.sum(g.dur[change.dur_nodes] - np.maximum(change.dur_values, 0)))
+    if change.gap_nodes is not None and len(change.gap_nodes):
+        work = ctx.trace.events[S.KIND].isin(DURATION_KINDS).to_numpy()
+        ev = g.event[change.gap_nodes]
+        on_work = (ev >= 0) & work[np.maximum(ev, 0)]
+        gaps = int(np.sum((g.gap[change.gap_nodes] - change.gap_values)[on_work]))
+    return ops, gaps
+
+
+#: A saving this share over the wait is worth explaining; less is the replay's rounding.
+_BEYOND_WAIT_SHARE = 0.05
+
+
+def _beyond_wait(impact: int, saving: int, own_ops: int, own_gaps: int) -> str:
+    """Why a saving exceeds the others' wait on the path: the pace change also shortens the late
+    rank's own work and idle time, which the step runs through as well (before the first wait,
+    between the collectives, after the last)."""
+    if not impact or saving - impact <= _BEYOND_WAIT_SHARE * impact:  # the same, within noise
+        return ""
+    return (
+        f" That is {fmt_ns(saving - impact)} more than the wait: the saving includes the late "
+        f"rank's own extra work and idle time (at the median pace its ops take {fmt_ns(own_ops)} "
+        f"less and the idle gaps before them {fmt_ns(own_gaps)} less), on the path beyond the "
+        "others' wait."
+    )
+
+
 def _path_wait(ctx, impact: int) -> str:
     """Today's cost of the waits on the critical path, or that the path does not run through
     them (the replay's saving then comes from the rank's pace alone)."""
@@ -217,11 +277,13 @@ def _slower_than_peers(ctx, rank: int, until: int, share: float = 0.25) -> SlowW
     import pandas as pd
 
     from tracediag.analysis.peers import peer_track_names
+    from tracediag.whatif.straggler_pace import DURATION_KINDS, pace_excess
 
     ev = ctx.trace.events
-    excess = ctx.excess_over_peers
+    excess = pace_excess(ctx)  # what the replay prices, so the cause and the saving agree
     mine = (ev[S.RANK].to_numpy() == rank) & (ev[S.TS].to_numpy() < until) & (excess > 0)
-    mine &= (ev[S.KIND] != "marker").to_numpy(dtype=bool)
+    # A collective's extra length is its wait for others, not work of its own.
+    mine &= ev[S.KIND].isin(DURATION_KINDS).to_numpy(dtype=bool)
     ids = np.flatnonzero(mine)
     engines = ctx.trace.tracks[S.ENGINE].astype(str).to_numpy()[ev[S.TRACK].to_numpy()[ids]]
     by_engine = pd.Series(excess[ids]).groupby(engines).sum().sort_values(ascending=False)

@@ -13,6 +13,7 @@ import gzip
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tracediag.analysis.context import analyse
@@ -94,11 +95,20 @@ def test_df_index_resolver_path_starts_with_rank_1s_forward():
     trace, path, first = _lead([f])
     assert first["rank"] == doc["distributedInfo"]["rank"] == 1
     assert first["category"] == "host"
-    assert trace.events["name"].iloc[first["event"]] == "CompiledFunction"
-    lo, hi = first["start_ns"], first["end_ns"]
-    covered = min(hi, (fwd["ts"] + fwd["dur"]) * 1000) - max(lo, fwd["ts"] * 1000)
-    assert covered >= 0.8 * (hi - lo)
-    assert first["dur_ns"] == pytest.approx(75.008e6, rel=1e-3)
+    # The walk crosses the forward -> backward hand-off (the autograd thread starts 587 µs after
+    # the main thread's last launch, nothing else of the process in between) and runs through
+    # the forward's own launches on the main thread: the path up to the end of the forward is
+    # main-thread work, inside the forward.
+    seg = path.segments
+    lo, hi = fwd["ts"] * 1000, (fwd["ts"] + fwd["dur"]) * 1000
+    early = seg[seg["start_ns"] < hi]
+    names = trace.tracks["name"].astype(str).to_numpy()[early["track"].to_numpy()]
+    assert (names == f"cpu {fwd['pid']}/{fwd['tid']}").all()
+    inside = np.clip(np.minimum(early["end_ns"], hi) - np.maximum(early["start_ns"], lo), 0, None)
+    assert inside.sum() >= 0.8 * early["dur_ns"].sum()
+    # ... and covers the forward from the window's start to its end, bar launch-free stretches
+    # a later thread's work binds instead (the raw forward: the whole span).
+    assert inside.sum() >= 0.95 * (hi - max(lo, path.start_ns)), (inside.sum(), hi - lo)
 
 
 def test_mi300_path_starts_with_ddp_pre_forward_on_rank_0():
@@ -168,4 +178,6 @@ def test_gloo_leading_gap_is_on_a_rank_whose_threads_record_nothing_then(job):
         and (e["ts"] + e["dur"]) * 1000 <= hi
     ]
     assert inside == []
-    assert first["dur_ns"] > 1e6  # 1.5 to 10 ms: a real wait, no rounding residue
+    # 0.4 to 10 ms: a real wait, no rounding residue (clean's rank starts its first op 376 µs
+    # after the job's first event, since the host reader's work is whole ops, not leaves).
+    assert first["dur_ns"] > 1e5

@@ -47,6 +47,11 @@ THREAD_TOLERANCE_NS = 500_000
 #: A host thread silent this long was idle, not between two ops (a silence shorter than the
 #: tolerance could not tell a hand-off from an op boundary).
 MIN_THREAD_SILENCE_NS = 2 * THREAD_TOLERANCE_NS
+#: ... or this soon when nothing else of the process started in between: then no other thread
+#: of it can have woken the thread. The first backward of
+#: ``kineto_df_index_resolver_1rank`` starts on the autograd thread 587 µs after the main
+#: thread's last launch (``aten::ones_like``'s fill), the later ones 250-400 µs after.
+QUIET_THREAD_TOLERANCE_NS = 2_000_000
 
 #: A host thread blocked on device work resumes this soon after the work ends: a blocking
 #: synchronize wakes its thread in 30-100 µs on ROCm (MI300X XPlane: the Python thread 32-45 µs
@@ -192,9 +197,29 @@ def _thread_handoffs(trace, pred_end, pred_ev, silences=None) -> pd.DataFrame:
         THREAD_TOLERANCE_NS,
         idle=s_hi - s_lo,
         floor=s_lo,
+        # Past the tolerance, a hand-off with nothing else of the process started between.
+        quiet=(
+            QUIET_THREAD_TOLERANCE_NS,
+            lambda g, lo, hi: _starts_between(trace, sil.group, g, lo, hi) == 0,
+        ),
     )
     # Several silences before one waiter: the latest resume binds it.
     return edges.drop_duplicates(S.DST, keep="last").reset_index(drop=True)
+
+
+def _starts_between(trace: S.Trace, group: np.ndarray, q_group, lo, hi) -> np.ndarray:
+    """Per query: how many events (annotations included) of host threads of process group
+    ``q_group`` start strictly between ``lo`` and ``hi``."""
+    ev = trace.events
+    is_thread = (S.strings(trace.tracks[S.TRACK_KIND]) == "cpu_thread")[ev[S.TRACK].to_numpy()]
+    on = np.flatnonzero(is_thread)
+    ts = ev[S.TS].to_numpy()[on]
+    g = group[on]
+    o = stable_order_by(g, ts)
+    g, ts = g[o], ts[o]
+    a = _search_pairs(g, ts, q_group, lo, side="right")
+    b = _search_pairs(g, ts, q_group, hi, side="left")
+    return np.maximum(b - a, 0)
 
 
 class _Silences:
@@ -388,10 +413,14 @@ def _search_pairs(key, val, q_key, q_val, side: str) -> np.ndarray:
     return np.searchsorted(key * span + (val - v0), q_key * span + (q_val - v0), side=side)
 
 
-def _bind(kind, ev, group, cand, end, waiter, at, pred_end, pred_ev, tol, idle, floor=None):
+def _bind(
+    kind, ev, group, cand, end, waiter, at, pred_end, pred_ev, tol, idle, floor=None, quiet=None
+):
     """Per waiter resuming at ``at``: the candidate of its group on another track whose end is
     the latest at or before ``at``, kept when it ends within ``tol`` of ``at``, after the waiter's
-    recorded predecessors (and after ``floor``, the start of its silence, when given)."""
+    recorded predecessors (and after ``floor``, the start of its silence, when given).
+    ``quiet``: (a longer tolerance, a test ``(group, lo, hi) -> bool`` per waiter) that admits a
+    candidate up to that tolerance when the test passes between its end and ``at``."""
     if not len(waiter) or not len(cand):
         return empty_evidence_frame()
     track = ev[S.TRACK].to_numpy()
@@ -405,7 +434,12 @@ def _bind(kind, ev, group, cand, end, waiter, at, pred_end, pred_ev, tol, idle, 
     src = cand[ci]
     ok &= c_group[ci] == group[waiter]
     ok &= track[src] != track[waiter]
-    ok &= at - end[src] <= tol
+    near = at - end[src] <= tol
+    if quiet is not None:
+        longer, test = quiet
+        maybe = np.flatnonzero(ok & ~near & (at - end[src] <= longer))
+        near[maybe] = test(group[waiter][maybe], end[src][maybe], at[maybe])
+    ok &= near
     ok &= end[src] > pred_end[waiter]
     if floor is not None:
         ok &= end[src] >= floor
