@@ -168,3 +168,37 @@ def execution_of(frame: pd.DataFrame, spans: Spans | None) -> pd.arrays.IntegerA
     k = np.maximum(np.searchsorted(np.sort(spans[0]), s, side="right") - 1, 0)
     known = np.isfinite(s)
     return pd.arrays.IntegerArray(np.where(known, k, 0).astype(np.int64), ~known)
+
+
+def snap_to_idle(spans: Spans | None, instr: pd.DataFrame | None, meta: S.RankMeta) -> Spans | None:
+    """``spans`` (``ExecutionInfo``) with each execution's start, and its end by as much, where
+    the engines' program counters restart (:func:`pc_executions`) when the two disagree across
+    events. ``ExecutionInfo`` times are relative to "the profile start"; a file whose start is
+    not Metadata ``first_hw_timestamp`` puts them off by the difference, inside an execution:
+    its first instructions then count as the previous one's and no edge ties it to the previous
+    one's end (the runtime starts an execution after the previous one completed). Kept as
+    stated where the restarts give another count of executions (barrier NEFFs, no ``pc``). The
+    moves go to ``info["execution_starts_moved_ns"]``."""
+    if spans is None or instr is None or len(spans[0]) < 2:
+        return spans
+    by_pc = pc_executions(instr, S.RankMeta(rank=meta.rank))
+    starts, ends, steps = spans
+    if by_pc is None or len(by_pc[0]) != len(starts):
+        return spans
+    moved = by_pc[0].astype(np.int64)
+    s = np.sort(_start_end(instr)[0])
+    # A start moved without crossing an instruction keeps every one in its execution.
+    crossed = np.searchsorted(s, np.maximum(moved, starts)) > np.searchsorted(
+        s, np.minimum(moved, starts)
+    )
+    if not crossed.any():
+        return spans
+    moved = np.where(crossed, moved, starts).astype(np.int64)
+    delta = moved - starts
+    meta.info["execution_starts_moved_ns"] = [int(d) for d in delta]  # one per execution
+    meta.count(
+        "ExecutionInfo: execution starts inside an execution's run, moved to where the engines' "
+        f"program counters restart (up to {int(np.abs(delta).max())} ns)",
+        int(crossed.sum()),
+    )
+    return moved, ends + delta, steps

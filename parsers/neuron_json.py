@@ -5,12 +5,15 @@ carry the rank: ``rank_3.json``, ``profile_rank_3.json``):
 
 - ``instruction``: ``timestamp``, ``duration``, ``subgroup`` (the engine; ``label`` when absent),
   ``opcode``, ``hlo_name``, ``id``, ``inst_dep_ids`` (-> ``dependency`` edges), ``layer``,
-  ``nki_source_location``, ``evt_wait_time``, ``hbm_read_bytes``, ``hbm_write_bytes``;
+  ``bir_debug_info_source_location`` (else ``nki_source_location``; lists of strings joined),
+  ``evt_wait_time``, ``hbm_read_bytes``, ``hbm_write_bytes``;
 - ``dma``: ``subgroup`` (the queue), ``transfer_size``, ``timestamp``, ``duration``, optional
   ``id`` and, when present, ``trigger_id`` / ``inst_dep_ids`` naming the instructions that
   triggered it (-> ``dma_trigger`` edges);
 - ``summary`` (one object) -> ``meta.summary``; ``metadata`` -> ``meta.info``; ``error`` (rows
   with the Parquet ``Error`` fields, see :mod:`neuron_errors`) -> ``meta.info["device_errors"]``;
+- ``tensor_info`` (any spelling of the Parquet ``TensorInfo``) -> ``meta.info``
+  ``tensor_io_bytes`` and ``tensor_sizes``, as the Parquet reader sets them;
 - ``cc_op``: **our own extension, not a Neuron table**: rows with the field names of the Explorer
   Parquet ``CcOp`` table, mapped like it; its times are in the file's time unit like the rest.
 
@@ -53,13 +56,17 @@ from tracediag.parsers.neuron_json_tables import (
     table_frame,
     to_ns,
 )
+from tracediag.parsers.neuron_kernel_fields import tensor_sizes
+from tracediag.parsers.neuron_parquet import TENSOR_COLUMNS, io_tensor_bytes
 from tracediag.parsers.neuron_parquet_notes import steps_of
 from tracediag.parsers.neuron_part import build_part, empty_part
 
 LEGACY_TABLES = ("instruction", "dma", "summary")
+#: The Parquet ``TensorInfo`` table as an extra JSON table, under any of its spellings.
+TENSOR_TABLES = ("tensor_info", "TensorInfo", "tensorinfo")
 _READ_TABLES = (
     "instruction", "dma", "summary", "metadata", "cc_op", "cc_ops", "error", "active_time",
-    "layer_summary", "profile_info",
+    "layer_summary", "profile_info", *TENSOR_TABLES,
 )  # fmt: skip
 #: What a file holding only ``profile_info`` means (neuron-real-output.md).
 WRONG_NEFF = (
@@ -204,11 +211,25 @@ def _side_tables(doc: dict, metadata: dict, meta: S.RankMeta, divisor: int) -> N
         meta.info["layer_time_ns"] = {
             str(k): int(v) for k, v in zip(ls["layer"], dur.fillna(0), strict=True)
         }
+    _tensor_table(doc, meta)
     info = doc.get("profile_info")
     if isinstance(info, list) and info and isinstance(info[0], dict):
         for key in ("neff_path", "ntff_path", "profiler_version", "num_executions"):
             if key in info[0]:
                 meta.info[f"profile_{key}"] = info[0][key]
+
+
+def _tensor_table(doc: dict, meta: S.RankMeta) -> None:
+    """A ``tensor_info`` table (the Parquet ``TensorInfo`` fields ``variable_name``, ``type``,
+    ``size``) -> ``meta.info`` ``tensor_io_bytes`` and ``tensor_sizes``, as the Parquet reader
+    sets them (the performance bounds' necessary bytes, DMA105's tensor sizes)."""
+    rows = next((doc[k] for k in TENSOR_TABLES if isinstance(doc.get(k), list)), None)
+    if not rows or not all(isinstance(r, dict) for r in rows):
+        return
+    tensors = pd.DataFrame(rows, columns=TENSOR_COLUMNS)
+    if tensors[["type", "size"]].notna().any().all():
+        meta.info["tensor_io_bytes"] = io_tensor_bytes(tensors)
+        meta.info["tensor_sizes"] = tensor_sizes(tensors)
 
 
 def _error_table(doc: dict, path: Path) -> pd.DataFrame | None:

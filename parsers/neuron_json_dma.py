@@ -12,10 +12,12 @@ again after the transfer ended (the next execution) is a new transfer. Each tran
 The JSON names no trigger (Parquet's Flow ``DGE_TRIGGER`` edges, our ``trigger_id`` extension).
 A queue is named after the engine whose instruction queue triggers it (``qSyncIO0``,
 ``qScalarSpillReload0-Q1-E64``, ``S[10] (qGpSimdPIO0)``: neuron-real-output.md), and the
-trigger (``PSEUDO_DMA_TRIGGER``, a ``WRITE`` at run time) ends before the transfer's first packet:
-each transfer gets a ``dma_trigger`` edge from the last trigger instruction of that engine (any
-of its instructions where it ran none) ending by its first packet's start, to every packet of
-the transfer. How many were inferred, and how many transfers found none, go to ``meta.info``.
+trigger (``PSEUDO_DMA_TRIGGER``, a ``WRITE`` at run time) ends before the transfer's first packet.
+Each transfer gets a ``dma_trigger`` edge, to every packet of the transfer, from the trigger
+whose byte fields its queue's transfers use up in order (:mod:`neuron_json_dma_fifo`,
+``info["dma_triggers_by_bytes"]``); a transfer none fits, from the last trigger instruction of
+that engine (any of its instructions where it ran none) ending by its first packet's start
+(``info["dma_triggers_inferred"]``; ``dma_transfers_without_trigger``: found none).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from tracediag.model import schema as S
+from tracediag.parsers import neuron_json_dma_fifo as json_fifo
 from tracediag.parsers.neuron_common import column, ints, normalise_engines
 from tracediag.parsers.neuron_events import times
 
@@ -73,32 +76,45 @@ def trigger_edges(
     agg, valid = ints(column(dma, "packet_aggregation_id"), len(dma))
     if instr is None or "queue_name" not in dma or not valid.any():
         return empty
-    engine = dma["queue_name"].astype("string").str.extract(_QUEUE_ENGINE, expand=False)
-    engine = np.asarray(normalise_engines(engine), dtype=object)
+    queue = dma["queue_name"].astype("string")
+    engine = np.asarray(normalise_engines(queue.str.extract(_QUEUE_ENGINE, expand=False)), object)
     pcore, _ = ints(column(dma, "pcore_idx"), len(dma))
-    start, _ = times(dma)
+    start, dur = times(dma)
+    s = start.to_numpy(dtype=np.float64, na_value=np.nan)
     packets = pd.DataFrame(
         {
             "row": np.arange(len(dma)),
             "t": agg,
             "e": engine,
             "p": pcore,
-            "s": start.to_numpy(dtype=np.float64, na_value=np.nan),
+            "s": s,
+            "fin": s + dur.to_numpy(dtype=np.float64, na_value=np.nan),
+            "q": pd.factorize(queue)[0],
+            "block": ints(column(dma, "block_id"), len(dma))[0],
+            "n": _counted_bytes(dma),
         }
     )[valid & (engine != "unknown")]
-    first = packets.groupby("t").agg(e=("e", "first"), p=("p", "first"), s=("s", "min"))
+    first = packets.groupby("t").agg(
+        e=("e", "first"), p=("p", "first"), s=("s", "min"), fin=("fin", "max"),
+        q=("q", "first"), block=("block", "first"), n=("n", "sum"),
+    )  # fmt: skip
     first = first.dropna(subset=["s"]).reset_index().sort_values("s", kind="stable")
     cand = _trigger_candidates(instr)
     if not len(first) or not len(cand):
         return empty
+    by_bytes = _by_bytes(first, instr, dma)
+    rest = first[~first["t"].isin(by_bytes["t"])]
     hit = pd.merge_asof(
-        first, cand.sort_values("end"), left_on="s", right_on="end", by=["e", "p"],
+        rest, cand.sort_values("end"), left_on="s", right_on="end", by=["e", "p"],
         direction="backward",
     )  # fmt: skip
     hit = hit.dropna(subset=["src"])
+    meta.info["dma_triggers_by_bytes"] = len(by_bytes)
+    meta.info["dma_trigger_queue_ambiguous"] = int(by_bytes.attrs.get("ambiguous", 0))
     meta.info["dma_triggers_inferred"] = len(hit)
-    meta.info["dma_transfers_without_trigger"] = len(first) - len(hit)
-    edges = packets.merge(hit[["t", "src"]], on="t")
+    meta.info["dma_transfers_without_trigger"] = len(rest) - len(hit)
+    chosen = pd.concat([by_bytes[["t", "src"]], hit[["t", "src"]]], ignore_index=True)
+    edges = packets[["row", "t"]].merge(chosen, on="t")
     return pd.DataFrame(
         {
             S.SRC: instr_first + edges["src"].to_numpy(dtype=np.int64),
@@ -106,6 +122,66 @@ def trigger_edges(
             S.EDGE_KIND: "dma_trigger",
         }
     )
+
+
+def _counted_bytes(dma: pd.DataFrame) -> np.ndarray:
+    """Per packet the bytes a trigger's byte fields count: none for instruction queues, packets
+    of 4 bytes or less (as AWS counts) and repeats of a packet (a known profiler defect)."""
+    n, _ = ints(column(dma, "transfer_bytes"), len(dma))
+    keep = n > 4
+    qtype = column(dma, "queue_type")
+    if qtype is not None:
+        keep &= (qtype.astype("string").str.lower() != "instruction").fillna(True).to_numpy(bool)
+    same = [c for c in ("queue_name", "pcore_idx", "block_id", "engine_idx", "start_ts",
+                        "duration_ns", "transfer_bytes") if c in dma]  # fmt: skip
+    keep &= ~dma.duplicated(subset=same).to_numpy()
+    return np.where(keep, n, 0)
+
+
+def _by_bytes(first: pd.DataFrame, instr: pd.DataFrame, dma: pd.DataFrame) -> pd.DataFrame:
+    """Transfers (``t``) whose trigger (``src``, instruction row) their queue's FIFO use of the
+    triggers' byte fields names (:mod:`neuron_json_dma_fifo`); ``attrs["ambiguous"]``: triggers
+    that fit two queues equally."""
+    none = pd.DataFrame({"t": np.zeros(0, np.int64), "src": np.zeros(0)})
+    trig = _byte_triggers(instr)
+    if "pcore_idx" not in dma:  # DMA rows that name no physical core: any core's triggers
+        trig["p"] = 0
+    data = first[first["n"] > 0]
+    if not len(trig) or not len(data):
+        return none
+    key = pd.factorize(pd.MultiIndex.from_arrays([data["q"], data["p"]]))[0]
+    transfers = pd.DataFrame(
+        {"key": key, "s": data["s"].to_numpy(np.int64), "e": data["fin"].to_numpy(np.float64),
+         "block": data["block"].to_numpy(), "bytes": data["n"].to_numpy(np.int64),
+         "t": data["t"].to_numpy()}
+    )  # fmt: skip
+    queues = pd.DataFrame({"key": key, "eng": data["e"].to_numpy(), "p": data["p"].to_numpy()})
+    queues = queues.drop_duplicates("key")
+    fifo = json_fifo.queue_order(transfers)
+    trig["key"] = json_fifo.assign_queues(trig, fifo, queues)
+    out = json_fifo.match(trig, fifo).dropna(subset=["src"])[["t", "src"]]
+    out.attrs["ambiguous"] = int((trig["key"] == -2).sum())
+    return out
+
+
+def _byte_triggers(instr: pd.DataFrame) -> pd.DataFrame:
+    """Trigger instructions (DMA_TRIGGER/WRITE opcodes) with bytes in ``hbm_read_bytes`` +
+    ``hbm_write_bytes``: engine, pcore, end, bytes and row."""
+    n = len(instr)
+    read, _ = ints(column(instr, "hbm_read_bytes"), n)
+    write, _ = ints(column(instr, "hbm_write_bytes"), n)
+    opcode = column(instr, "opcode")
+    if opcode is None:
+        return pd.DataFrame(columns=["eng", "p", "end", "bytes", "src"])
+    trig = opcode.astype("string").str.contains(_TRIGGER_OPCODE, regex=True).fillna(False)
+    start, dur = times(instr)
+    end, end_ok = ints(start + dur, n)
+    pcore, _ = ints(column(instr, "pcore_idx"), n)
+    rows = np.flatnonzero(trig.to_numpy(bool) & end_ok & (read + write > 0))
+    return pd.DataFrame(
+        {"eng": np.asarray(normalise_engines(instr["engine"]), dtype=object)[rows],
+         "p": pcore[rows], "end": end[rows], "bytes": (read + write)[rows], "src": rows}
+    )  # fmt: skip
 
 
 def _trigger_candidates(instr: pd.DataFrame) -> pd.DataFrame:

@@ -16,6 +16,7 @@ import numpy as np
 import orjson
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from pandas.api.types import infer_dtype
 
 from tracediag.io.files import read_bytes
@@ -53,6 +54,7 @@ KEYS = {
         "timestamp", "duration", "subgroup", "label", "opcode", "hlo_name", "id", "pc", "layer", "pcore_idx",
         "nki_source_location", "evt_wait_time", "hbm_read_bytes", "hbm_write_bytes", "raw_flops", "inst_dep_ids",
         "adjusted_flops", "flops_transpose", "operands", "instruction_chain",
+        "bir_debug_info_source_location",
     ],
     "dma": ["timestamp", "duration", "subgroup", "dma_queue", "transfer_size", "id", "variable", "engine_idx", "trigger_id", "inst_dep_ids", "queue_type", "block_id", "pcore_idx"],
     "cc_op": [
@@ -136,12 +138,34 @@ def table_frame(doc: dict, table: str, path: Path) -> pd.DataFrame | None:
     if table == "dma" and "dma_queue" in frame and "subgroup" in frame:
         # Files name the queue ``dma_queue`` or ``subgroup``: one column, either key.
         frame["dma_queue"] = frame["dma_queue"].astype(object).fillna(frame.pop("subgroup"))
+    for key in TEXT_LISTS.intersection(frame.columns):
+        frame[key] = _joined_text_lists(frame[key], path, f"{table}.{key}")
     for key in frame.columns:
         if RENAMES[table].get(key, key) in EXACT:
             frame[key] = exact_ints(frame[key], rows, key, path, table)
         elif key != "inst_dep_ids":
             _check_values(frame[key], path, f"{table}.{key}", numbers=key in NUMBERS)
     return frame.rename(columns=RENAMES[table])
+
+
+#: Text fields that may hold a list of strings (``nki_source_location`` is described as one):
+#: joined by "; " as the Parquet reader joins them.
+TEXT_LISTS = frozenset(["nki_source_location", "bir_debug_info_source_location"])
+
+
+def _joined_text_lists(col: pd.Series, path: Path, what: str) -> pd.Series:
+    """A text column whose values may be lists of strings, as text (lists joined in Arrow)."""
+    if infer_dtype(col.dropna(), skipna=True) not in ("mixed", "mixed-integer"):
+        return col  # no lists: text as it is (other values are checked by the caller)
+    values = col.to_numpy(dtype=object)
+    lists = np.fromiter((isinstance(v, list) for v in values), dtype=bool, count=len(values))
+    try:
+        joined = pc.binary_join(pa.array(values[lists], type=pa.list_(pa.string())), "; ")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        raise TraceInputError(path, f"{what} holds lists of values that are not text") from None
+    out = col.astype(object).copy()
+    out[lists] = joined.to_numpy(zero_copy_only=False)
+    return out.replace("", None)  # an empty list names no line
 
 
 #: Legacy keys read as numbers (any JSON number or numeric text); other keys are text.

@@ -92,7 +92,7 @@ INSTRUCTION_COLUMNS = [
     "start_ts", "end_ts", "duration_ns", "engine", "pcore_idx", "opcode", "id", "hlo_name", "layer",
     "nki_source_location", "evt_wait_time_ns", "raw_flops", "hbm_read_bytes", "hbm_write_bytes",
     "adjusted_flops", "flops_transpose", "bir_debug_info_source_location", "dma_trigger_start_ts",
-    "dma_trigger_end_ts", "dma_wait_time_ns",
+    "dma_trigger_end_ts", "dma_wait_time_ns", "pc",  # pc: where executions start (snap_to_idle)
 ]  # fmt: skip
 #: Read only when ``adjusted_flops`` cannot tell the dtypes (a long text column per instruction).
 DTYPE_TEXT_COLUMNS = ["operands", "instruction_chain"]
@@ -309,7 +309,7 @@ def _events_part(
         _time_base([instr, dma, cc], metadata),
         meta,
     )
-    spans = snap_to_idle(spans, [instr, dma, cc], meta)
+    spans = snap_to_idle(spans, instr, meta)
     if cc is not None:
         cc = fill_empty_groups(cc, meta)
         cc = stream_indices(cc, read_table(files.get("CcStream"), CC_STREAM_COLUMNS), meta)
