@@ -90,7 +90,7 @@ class BottleneckEngine(Rule):
             r0 = ranks[0]
             yield ctx.finding(
                 self,
-                severity=severity_by_saving(ctx.pct(saving), opts, self.severity),
+                severity=severity_by_saving(ctx.cost_pct(saving), opts, self.severity),
                 message=(
                     f"The {engine} engine bounds rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}: "
                     f"busy {fmt_ns(by_rank[r0][engine])} against the tensor engine's {fmt_ns(by_rank[r0].get('tensor', 0))} "

@@ -98,7 +98,7 @@ class SmallMatmulTiles(Rule):
             where = f" at {short_line(line)}" if line else ""
             yield ctx.finding(
                 self,
-                severity=severity_by_saving(ctx.pct(saving), opts, self.severity),
+                severity=severity_by_saving(ctx.cost_pct(saving), opts, self.severity),
                 message=(
                     f"{len(grp)} MATMULs on {_ranks(ranks)}{where} use {shape} of the "
                     f"{array[r0][0]:.0f}x{array[r0][1]:.0f} PE array ({pct:.0f}%); they hold the "

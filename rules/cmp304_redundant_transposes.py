@@ -97,7 +97,7 @@ class RedundantTransposes(Rule):
             end = ev[S.TS].to_numpy()[gid] + ev[S.DUR].to_numpy()[gid]
             yield ctx.finding(
                 self,
-                severity=severity_by_saving(ctx.pct(saving), opts, self.severity),
+                severity=severity_by_saving(ctx.cost_pct(saving), opts, self.severity),
                 message=(
                     f"{len(grp)} tensor-engine transposes on {_ranks(ranks)}{where} are "
                     f"redundant ({' and '.join(parts)}); they hold the critical path "

@@ -92,7 +92,7 @@ class CollectiveStraggler(Rule):
                 cause += f", most in {', '.join(layers)}." if layers else "."
             first_wait = int((last_rows[S.ARRIVAL] - last_rows["late_ns"]).min())
             share = _last_share(rows)
-            severity = severity_by_saving(ctx.pct(saving), opts, self.severity)
+            severity = severity_by_saving(ctx.cost_pct(saving), opts, self.severity)
             rotating = ""
             if share < opts["min_last_share"]:
                 severity = min(severity, Severity.INFO)

@@ -97,7 +97,7 @@ class ExposedCommunication(Rule):
             group = _listed_size(body) or _world_size(ctx, int(rank))
             hwp = ctx.hardware.get(int(rank))
             link = hwp.link_bw if hwp is not None else float("nan")
-            severity = severity_by_saving(ctx.pct(saving), opts, self.severity)
+            severity = severity_by_saving(ctx.cost_pct(saving), opts, self.severity)
             if not group and n == 1:
                 # A collective with one participant in the inputs and no group or world size in
                 # the trace: the others are unknown, so is how much of this is waiting for them.

@@ -124,7 +124,7 @@ class ExposedTensorParallel(Rule):
         n_inst = int(seg["coll_key"].nunique())
         yield ctx.finding(
             self,
-            severity=severity_by_saving(ctx.pct(saving), opts, self.severity),
+            severity=severity_by_saving(ctx.cost_pct(saving), opts, self.severity),
             message=(
                 f"{plural(n_inst, f'tensor-parallel {op} transfer')} over "
                 f"{plural(len(layers), 'layer')} {'runs' if n_inst == 1 else 'run'} on the critical path "

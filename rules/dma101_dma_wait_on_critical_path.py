@@ -62,7 +62,7 @@ class DmaWaitOnCriticalPath(Rule):
         if not len(dma_runs):
             return
         seg = ctx.segments.reset_index(drop=True)
-        typical = usual_wait = None  # computed for the first group that reaches the threshold
+        typical = usual_wait = transfer = None  # computed for the first group reaching it
         dma_runs = _describe(dma_runs, seg, ctx.dma)
         # A memset writes memory and moves nothing: it is memory time, not a transfer to
         # compare with a queue's pace or a link's peak.
@@ -78,6 +78,7 @@ class DmaWaitOnCriticalPath(Rule):
                 # run at PCIe and HBM speeds.
                 typical = typical_bandwidth(ctx.dma, opts["min_bytes_typical"], by_direction=True)
                 usual_wait = dma_whatif.typical_trigger_wait(ctx)
+                transfer = _transfer_codes(ctx.dma)
             rows = _cause_rows(ctx, int(rank), queue, layer, grp)
             rows = rows[(rows["direction"] == direction).to_numpy()]
             # GPU copies below the size that sets the typical pace are latency-bound: each is
@@ -91,8 +92,9 @@ class DmaWaitOnCriticalPath(Rule):
             if left_out:
                 rows = rows[~tiny]
             typ = float(typical.get((queue, direction), np.nan))
-            ranks = _affected_ranks(ctx, rows, typ, opts["slow_ratio"], int(rank))
-            fix_rows = ctx.dma[_same_transfers(ctx.dma, rows) & ctx.dma["rank"].isin(ranks)]
+            ranks = _affected_ranks(ctx, rows, typ, opts["slow_ratio"], int(rank), transfer)
+            same = _same_transfers(ctx.dma, rows, transfer)
+            fix_rows = ctx.dma[same & ctx.dma["rank"].isin(ranks)]
             if all_tiny:
                 fix_rows = fix_rows.iloc[:0]  # no pace to restore them to
             change = dma_whatif.restore(ctx, fix_rows, typ, trigger_wait=usual_wait)
@@ -121,7 +123,7 @@ class DmaWaitOnCriticalPath(Rule):
             tensor = _slowest_tensor(rows)
             if tensor and not on_stream:  # a GPU copy's name is its kind, said in ``source``
                 layer_txt += f" (tensor {tensor})"
-            sev = severity_by_saving(ctx.pct(saving), opts, self.severity)
+            sev = severity_by_saving(ctx.cost_pct(saving), opts, self.severity)
             pace = typical_pace(direction, on_stream)
             rate = fmt_bw(achieved) if np.isfinite(achieved) else "an unknown rate"
             if not np.isfinite(typ):
@@ -326,14 +328,23 @@ def _cause_rows(ctx, rank, queue, layer, grp) -> pd.DataFrame:
     return on_rank[(end > lo) & (on_rank["ts"] < hi)]
 
 
-def _same_transfers(dma: pd.DataFrame, rows: pd.DataFrame) -> np.ndarray:
-    """Rows of ``dma`` that are the transfers ``rows`` on any rank: the same k-th transfer of the
-    same tensor on the same queue (rings are taken dynamically, so not the same ring)."""
-    import pandas as pd
+def _transfer_codes(dma: pd.DataFrame) -> np.ndarray:
+    """Per row of ``dma``: a code equal for the same transfer on any rank, the same k-th
+    transfer of the same tensor on the same queue (rings are taken dynamically, so not the same
+    ring). Computed once per check: each column factorized, no tuple per row."""
+    from tracediag.analysis.group_codes import group_codes
 
-    key = ["queue", "tensor", "tensor_ordinal"]
-    want = pd.MultiIndex.from_frame(rows[key].drop_duplicates())
-    return pd.MultiIndex.from_frame(dma[key]).isin(want)
+    return group_codes(dma["queue"], dma["tensor"], dma["tensor_ordinal"].to_numpy())[0]
+
+
+def _same_transfers(dma: pd.DataFrame, rows: pd.DataFrame, transfer: np.ndarray) -> np.ndarray:
+    """Rows of ``dma`` that are the transfers ``rows`` (rows of ``dma``) on any rank, by their
+    ``transfer`` codes (:func:`_transfer_codes`)."""
+    import numpy as np
+
+    # ``dma`` rows are in event order: a search finds each of ``rows``.
+    at = np.searchsorted(dma["event"].to_numpy(), rows["event"].to_numpy())
+    return np.isin(transfer, np.unique(transfer[at]))
 
 
 def _slowest_tensor(rows: pd.DataFrame) -> str:
@@ -345,12 +356,12 @@ def _slowest_tensor(rows: pd.DataFrame) -> str:
     return str((per["b"] / per["d"].clip(lower=1)).idxmin())
 
 
-def _affected_ranks(ctx, rows, typical, slow_ratio, rank) -> list[int]:
+def _affected_ranks(ctx, rows, typical, slow_ratio, rank, transfer) -> list[int]:
     """Ranks whose same transfers (queue, tensor and its ordinal) are slow too: the fix must
     reach them all, or the path merely moves to the next rank with the same slow DMA."""
     import numpy as np
 
-    peers = ctx.dma[_same_transfers(ctx.dma, rows)]
+    peers = ctx.dma[_same_transfers(ctx.dma, rows, transfer)]
     per_rank = peers.groupby("rank").agg(b=("bytes", "sum"), d=("dur", "sum"))
     bw = per_rank["b"] / per_rank["d"].clip(lower=1) * 1e9
     slow = bw.index[bw < slow_ratio * typical].tolist() if np.isfinite(typical) else []

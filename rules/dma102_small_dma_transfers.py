@@ -80,7 +80,7 @@ class SmallDmaTransfers(Rule):
             if impact == 0 and saving == 0:
                 sev = Severity.INFO
             else:
-                sev = severity_by_saving(ctx.pct(saving), opts, self.severity)
+                sev = severity_by_saving(ctx.cost_pct(saving), opts, self.severity)
             nbytes = float(grp["bytes"].sum())
             achieved = nbytes / max(int(grp["dur"].sum()), 1) * 1e9
             layer_txt = f" feeding {layer}" if isinstance(layer, str) and layer else ""

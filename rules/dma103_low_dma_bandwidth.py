@@ -5,7 +5,7 @@ from __future__ import annotations
 from tracediag.engine.rule import Rule
 from tracediag.model.findings import Severity
 from tracediag.model.units import fmt_bw, fmt_bytes, fmt_ns
-from tracediag.model.wording import dma_source
+from tracediag.model.wording import dma_source, plural
 
 
 class LowDmaBandwidth(Rule):
@@ -16,6 +16,9 @@ class LowDmaBandwidth(Rule):
     options = {
         "max_ratio": 0.3,  # report queues achieving less than this share of the peak
         "min_bytes": 1 << 20,  # queues moving less than this per rank are not worth it
+        # GPU copies under this size are latency-bound (a fixed cost per call): their rate says
+        # nothing of bandwidth and no peak shortens them; coalescing them is DMA102's fix.
+        "min_bytes_transfer": 32768,
     }
     doc = {
         "what it finds": "DMA queues, or a GPU stream's copies of one direction, whose achieved "
@@ -23,7 +26,8 @@ class LowDmaBandwidth(Rule):
         "`max_ratio` of the peak of the path the bytes take (a DMA queue's figure; for GPU copies "
         "the host link for host copies, half the HBM bandwidth for device-to-device copies, the "
         "device link for peer copies), with what the critical path would gain at that peak. "
-        "Memsets move no data and are left out. This is the gap to the hardware, reported for "
+        "Memsets move no data and are left out, and so are GPU copies under `min_bytes_transfer` "
+        "(latency-bound: DMA102's). This is the gap to the hardware, reported for "
         "information: the what-ifs of DMA101/DMA102 restore a transfer to what its peers achieve, "
         "never to the peak.",
         "why it matters": "A queue that is slow everywhere has no slow peer to compare with: "
@@ -51,6 +55,16 @@ class LowDmaBandwidth(Rule):
         dma = ctx.dma
         # Sizes not recorded move nothing we can count; a memset writes, it transfers nothing.
         keep = (dma["bytes"].notna() & (dma["direction"] != MEMSET)).to_numpy()
+        # A GPU copy of a few hundred bytes takes its call's fixed cost at any bandwidth: it
+        # is left out of the rate, the impact and the what-if (DMA102 prices it). A DMA queue's
+        # small descriptors are packets of one transfer and keep the queue's pace.
+        tiny = (
+            keep
+            & (dma["bytes"] < opts["min_bytes_transfer"]).to_numpy()
+            & (dma["direction"] != QUEUE).to_numpy()
+        )
+        keep = keep & ~tiny
+        small = dma[tiny].groupby(["queue", "direction"], sort=False).size() if tiny.any() else {}
         if not keep.all():  # filtered only when needed: a copy of millions of rows
             dma = dma[keep]
         if not len(dma):
@@ -91,6 +105,7 @@ class LowDmaBandwidth(Rule):
                     f"{fmt_ns(impact)} ({ctx.share(impact)}), and at the peak the step "
                     f"would be {fmt_ns(peak_saving)} shorter (the gap to the hardware, not a peer "
                     f"what-if){why}."
+                    + _left_out(int(small.get((queue, direction), 0)), opts["min_bytes_transfer"])
                 ),
                 ranks=ranks,
                 engine="dma",
@@ -109,6 +124,7 @@ class LowDmaBandwidth(Rule):
                     "busy_ns": int(grp["busy"].sum()),
                     "peak_saving_ns": int(peak_saving),
                     "transfers": int(len(rows)),
+                    "small_transfers_left_out": int(small.get((queue, direction), 0)),
                     "ratio": float(np.round(achieved / peak, 4)),
                 },
             )
@@ -118,21 +134,29 @@ def _lanes(dma):
     """Per rank, queue and direction: the bytes moved (``b``) and the time the lane is busy
     (``busy``, the union of its transfers: a queue's rings overlap)."""
     import numpy as np
-    import pandas as pd
 
+    from tracediag.analysis.group_codes import group_codes
     from tracediag.analysis.intervals import busy_ns_by_group
 
-    key = pd.MultiIndex.from_arrays(
-        [dma["rank"].to_numpy(), dma["queue"].to_numpy(), dma["direction"].to_numpy()]
-    )
-    code = pd.factorize(key)[0].astype(np.int64)
-    lanes, first = np.unique(code, return_index=True)  # each lane's key read off its first row
+    # Lanes numbered by first appearance; each lane's key read off its first row.
+    code, first = group_codes(dma["rank"].to_numpy(), dma["queue"], dma["direction"])
+    lanes = np.arange(len(first))
     out = dma[["rank", "queue", "direction"]].iloc[first].reset_index(drop=True)
     ts = dma["ts"].to_numpy()
     busy = busy_ns_by_group(code, ts, ts + dma["dur"].to_numpy())
     out["b"] = np.bincount(code, weights=dma["bytes"].to_numpy(), minlength=len(lanes))
     out["busy"] = busy.reindex(lanes).fillna(0).to_numpy(dtype=np.int64)
     return out
+
+
+def _left_out(n: int, min_bytes: int) -> str:
+    """The sentence naming the latency-bound copies left out of the lane, or ``""``."""
+    if not n:
+        return ""
+    return (
+        f" {plural(n, 'copy', 'copies')} under {fmt_bytes(min_bytes)} on this stream {'is' if n == 1 else 'are'} "
+        "left out: latency-bound, no peak shortens them (DMA102)."
+    )
 
 
 def _subject(queue, direction: str, on_stream: bool) -> str:

@@ -48,6 +48,7 @@ class DmaTransferEfficiency(Rule):
         import pandas as pd
 
         from tracediag.analysis.dma import MEMSET
+        from tracediag.analysis.group_codes import group_codes
         from tracediag.analysis.source_lines import (
             event_sources,
             lines_text,
@@ -64,8 +65,7 @@ class DmaTransferEfficiency(Rule):
         if len(d) < opts["min_count"]:
             return
         size_class = np.floor(np.log2(d["bytes"].to_numpy())).astype(np.int64)
-        key = pd.MultiIndex.from_arrays([d["direction"].to_numpy(), size_class])
-        code = pd.factorize(key)[0]
+        code = group_codes(d["direction"], size_class)[0]  # no tuple per row
         bw = d["bw"].to_numpy()
         reference = pd.Series(bw).groupby(code).quantile(opts["reference_quantile"])
         ref = reference.reindex(code).to_numpy()
@@ -96,7 +96,7 @@ class DmaTransferEfficiency(Rule):
             src = f" from {lines_text(grp['line'])}"
             yield ctx.finding(
                 self,
-                severity=severity_by_saving(ctx.pct(saving), opts, self.severity),
+                severity=severity_by_saving(ctx.cost_pct(saving), opts, self.severity),
                 message=(
                     f"{len(grp)} transfers of {fmt_bytes(nbytes / len(grp))} on average on "
                     f"{_ranks(ranks)} ({queue}){src} move at {fmt_bw(achieved)}, "

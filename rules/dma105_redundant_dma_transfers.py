@@ -69,6 +69,14 @@ class RedundantDmaTransfers(Rule):
         moved_before = d.groupby(["rank", "step", "tensor"])["bytes"].cumsum() - d["bytes"]
         # Once a step has moved every byte of the tensor, later transfers of it are repeats.
         d["repeat"] = (moved_before >= d["size"]).to_numpy()
+        # The repeats' source lines and path time, looked up once for every tensor (each lookup
+        # reads every trigger edge and path segment), indexed by position in ``d``.
+        d = d.reset_index(drop=True)
+        rep = d["repeat"].to_numpy()
+        rep_line = np.full(len(d), "", dtype=object)
+        rep_line[rep] = event_sources(ctx.trace, d["event"].to_numpy()[rep])
+        rep_path = np.zeros(len(d), dtype=np.int64)
+        rep_path[rep] = on_path_ns(ctx, d["event"].to_numpy()[rep])
         for tensor, grp in d.groupby("tensor", sort=True):
             per = grp.groupby(["rank", "step"])["bytes"].sum()
             tensor_size = float(grp["size"].iloc[0])
@@ -84,15 +92,15 @@ class RedundantDmaTransfers(Rule):
             # A repeat removed moves nothing and waits for nothing after its trigger.
             change = WhatIf.durations(nodes[ok], zero) + WhatIf.gaps(nodes[ok], zero)
             saving = ctx.what_if(change)
-            impact = int(on_path_ns(ctx, ids).sum())
-            lines = pd.Series(event_sources(ctx.trace, ids))
+            impact = int(rep_path[reps.index.to_numpy()].sum())
+            lines = pd.Series(rep_line[reps.index.to_numpy()])
             times = float(per.mean() / tensor_size)
             queue = str(reps["queue"].value_counts().idxmax())
             ranks = tuple(sorted(int(r) for r in reps["rank"].unique()))
             where = f" from {lines_text(lines)}" if (lines != "").any() else ""
             yield ctx.finding(
                 self,
-                severity=severity_by_saving(ctx.pct(saving), opts, self.severity),
+                severity=severity_by_saving(ctx.cost_pct(saving), opts, self.severity),
                 message=(
                     f"Tensor {tensor} ({fmt_bytes(tensor_size)}) is moved {times:.1f} times per "
                     f"step on {_ranks(ranks)} ({fmt_bytes(excess / steps)} per step more than "

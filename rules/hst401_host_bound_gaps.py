@@ -88,16 +88,24 @@ class HostBoundGaps(Rule):
         nodes, typical, busy = nodes[stalled], typical[stalled], busy[stalled]
         on_path = on_path[stalled]
         idle_lo = g.start[nodes] - g.gap[nodes] + busy  # where each stall's idle tail begins
+        # A thread silent while another thread of its rank launches device work is waiting
+        # for that thread (the main thread in backward() while the autograd thread launches
+        # the backward's kernels), not a host that stopped feeding the device.
+        quiet = _launches_within(ctx, g.rank[nodes], idle_lo, g.start[nodes]) == 0
+        nodes, typical, busy = nodes[quiet], typical[quiet], busy[quiet]
+        on_path, idle_lo = on_path[quiet], idle_lo[quiet]
+        # What the device still runs in each stall (work queued before it), for the words.
+        device_works = _device_busy_within(ctx, g.rank[nodes], idle_lo, g.start[nodes])
         hs, he = host["start_ns"].to_numpy(), host["end_ns"].to_numpy()
+        doing = _host_doing(ctx, nodes, idle_lo, g.start[nodes])
         found = 0
-        for members in _clusters(g.start[nodes] - g.gap[nodes], g.start[nodes])[
-            : opts["max_findings"]
-        ]:
-            if not on_path[members].any():  # other ranks' stalls alone: not this path's pause
-                continue
-            members = members[
-                _carrying(g, nodes[members], typical[members], opts["min_rank_share"])
-            ]
+        for group in _by_cause(
+            _clusters(g.start[nodes] - g.gap[nodes], g.start[nodes]), on_path, doing, ctx
+        )[: opts["max_findings"]]:
+            # One cause (the same host op filling the stalls, once per step) is one finding.
+            members = np.concatenate(
+                [m[_carrying(g, nodes[m], typical[m], opts["min_rank_share"])] for m in group]
+            )
             n = nodes[members]
             lo, hi = int(idle_lo[members].min()), int(g.start[n].max())
             # the path's host time in the stalls' idle tails (their union: ranks overlap)
@@ -111,19 +119,27 @@ class HostBoundGaps(Rule):
             found += 1
             ranks = tuple(sorted({int(r) for r in g.rank[n]}))
             layer = _launched_layer(ctx, n)
+            stall = g.gap[n] - busy[members]
+            op, op_ns = _cause_of(ctx, doing[0][members], doing[1][members])
             yield ctx.finding(
                 self,
-                severity=severity_by_saving(ctx.pct(saving), opts, self.severity),
-                message=(
-                    f"The host of rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} stalls "
-                    f"{fmt_ns(int((g.gap[n] - busy[members]).max()))} before launching more work{f' ({layer})' if layer else ''} "
-                    f"while the device idles; the critical path spends {fmt_ns(impact)} on the host there "
-                    f"({ctx.share(impact)}). With the host's typical delay the step would be "
-                    f"{fmt_ns(saving)} shorter{why}."
-                ),
+                severity=severity_by_saving(ctx.cost_pct(saving), opts, self.severity),
+                message=_message(
+                    ranks,
+                    stall,
+                    len(group),
+                    op,
+                    op_ns,
+                    layer,
+                    impact,
+                    ctx.share(impact),
+                    int(device_works[members].sum()),
+                )
+                + f" With the host's typical delay the step would be {fmt_ns(saving)} shorter{why}.",
                 ranks=ranks,
                 engine="cpu",
                 layer=layer,
+                op=op,
                 start_ns=lo,
                 end_ns=hi,
                 impact_ns=impact,
@@ -132,9 +148,15 @@ class HostBoundGaps(Rule):
                 suggestion="Find what the launch thread does here (data loading, a sync such as .item(), logging) and move it off the step.",
                 evidence={
                     "stalls": len(n),
-                    "max_stall_ns": int((g.gap[n] - busy[members]).max()),
+                    "instances": len(group),
+                    "max_stall_ns": int(stall.max()),
                     "typical_ns": int(typical[members].max()),
-                    "device_busy_ns": int(busy[members].sum()),
+                    # the device's work inside the stalls (queued before them)
+                    "device_busy_in_stalls_ns": int(device_works[members].sum()),
+                    # left out of the stalls: the gaps' heads while the device finished the
+                    # run in progress, which the host may have waited for
+                    "host_may_wait_for_device_ns": int(busy[members].sum()),
+                    **({"host_op": op, "host_op_ns": op_ns} if op else {}),
                 },
             )
         if not found:
@@ -158,9 +180,133 @@ class HostBoundGaps(Rule):
             )
 
 
+def _message(ranks, stall, instances, op, op_ns, layer, impact, share, device_ns=0) -> str:
+    """What the host does in its stalls, once or ``instances`` times (one cause), and what the
+    device does meanwhile: the ``device_ns`` of work queued before them, then nothing."""
+    who = f"The host of rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+    launched = f" ({layer})" if layer else ""
+    total = int(stall.sum())
+    them = "those stalls" if instances > 1 else "the stall"
+    device = (
+        f"; the device runs work queued before for {fmt_ns(device_ns)} of {them}, then idles"
+        if device_ns > 0
+        else " while the device idles"
+    )
+    if instances > 1:
+        what = (
+            f"{who} stalls {instances} times, {fmt_ns(int(stall.min()))} to "
+            f"{fmt_ns(int(stall.max()))} each ({fmt_ns(total)} in all), before launching more "
+            f"work{launched}{device}"
+        )
+        doing = f"; it runs {op} for {fmt_ns(op_ns)} of those stalls" if op else ""
+    else:
+        what = (
+            f"{who} stalls {fmt_ns(int(stall.max()))} before launching more work{launched}{device}"
+        )
+        doing = f"; it runs {op} for {fmt_ns(op_ns)} of it" if op else ""
+    return f"{what}{doing}; the critical path spends {fmt_ns(impact)} on the host there ({share})."
+
+
+#: A host op names a stall when it fills at least this share of the stall's idle tail; below,
+#: the host did many small things (a Python dispatch loop) and no one op is the cause.
+_CAUSE_SHARE = 0.5
+
+
+def _host_doing(ctx, nodes: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple:
+    """Per stall ``[lo, hi]`` before node ``nodes[i]``: the event the host of its rank ran there
+    (on a CPU thread, ended by the time the stalled call began, overlapping the stall the most:
+    the outermost op that filled it, not a ``ProfilerStep#N`` or script range still open) and
+    the ns it covers; (-1, 0) where none covers :data:`_CAUSE_SHARE` of the stall."""
+    import numpy as np
+
+    g, ev = ctx.graph, ctx.trace.events
+    event = np.full(len(nodes), -1, np.int64)
+    covered = np.zeros(len(nodes), np.int64)
+    if not len(nodes):
+        return event, covered
+    track = ev[S.TRACK].to_numpy()
+    on_cpu = np.append(ctx.trace.tracks[S.TRACK_KIND].astype(str).to_numpy() == "cpu_thread", False)
+    cand = np.flatnonzero(on_cpu[np.where(track >= 0, track, len(on_cpu) - 1)])
+    ts = ev[S.TS].to_numpy()[cand]
+    stop = ts + ev[S.DUR].to_numpy()[cand]
+    rank = ev[S.RANK].to_numpy()[cand]
+    o = np.argsort(lo, kind="stable")
+    item, win, a, b = _overlap_pairs(ts, stop, lo[o], hi[o])
+    win = o[win]  # back to the stalls' order
+    keep = (rank[item] == g.rank[nodes[win]]) & (stop[item] <= g.start[nodes[win]])
+    item, win, ov = item[keep], win[keep], (b - a)[keep]
+    best = np.lexsort((-ov, win))  # per stall, largest overlap first
+    first = best[np.r_[True, win[best][1:] != win[best][:-1]]] if len(best) else best
+    enough = ov[first] >= _CAUSE_SHARE * (hi - lo)[win[first]]
+    event[win[first][enough]] = cand[item[first][enough]]
+    covered[win[first][enough]] = ov[first][enough]
+    return event, covered
+
+
+def _overlap_pairs(start, end, win_start, win_end):
+    """Pairs (item, window) of overlapping intervals with the overlap's bounds, for windows
+    sorted by start: one searchsorted per item for its candidate windows, then one repeat."""
+    import numpy as np
+
+    if not len(start) or not len(win_start):
+        empty = np.empty(0, np.int64)
+        return empty, empty, empty, empty
+    reach = np.maximum.accumulate(win_end)
+    first = np.searchsorted(reach, start, side="right")
+    last = np.searchsorted(win_start, end, side="left")
+    count = np.maximum(last - first, 0)
+    item = np.repeat(np.arange(len(start)), count)
+    offset = np.cumsum(count) - count
+    win = first[item] + np.arange(int(count.sum())) - offset[item]
+    s = np.maximum(start[item], win_start[win])
+    e = np.minimum(end[item], win_end[win])
+    keep = e > s
+    return item[keep], win[keep], s[keep], e[keep]
+
+
+def _names(ctx, event: np.ndarray) -> np.ndarray:
+    """Event names (``""`` for -1), read for these rows only."""
+    import numpy as np
+
+    out = np.full(len(event), "", dtype=object)
+    has = event >= 0
+    out[has] = ctx.trace.events[S.NAME].iloc[event[has]].astype(str).to_numpy()
+    return out
+
+
+def _by_cause(clusters, on_path, doing, ctx) -> list[list]:
+    """The clusters the path waits on, those whose largest stall the same host op fills (one
+    DataLoader ``__next__`` per step) grouped as one cause; largest total stall first (the
+    clusters' order), a cluster without a named op alone."""
+    import numpy as np
+
+    event, covered = doing
+    names = _names(ctx, event)
+    groups: dict = {}
+    for i, m in enumerate(clusters):
+        if not on_path[m].any():  # other ranks' stalls alone: not this path's pause
+            continue
+        name = names[m[np.argmax(covered[m])]]
+        groups.setdefault(name or i, []).append(m)
+    return list(groups.values())
+
+
+def _cause_of(ctx, event: np.ndarray, covered: np.ndarray) -> tuple[str, int]:
+    """The host op that fills most of these stalls (by the ns it covers) and those ns."""
+    import numpy as np
+
+    names = _names(ctx, event)
+    if not (names != "").any():
+        return "", 0
+    keys, inv = np.unique(names, return_inverse=True)
+    weight = np.bincount(inv, weights=np.where(names != "", covered, 0))
+    k = int(np.argmax(weight))
+    return str(keys[k]), int(weight[k])
+
+
 def _host_stalls(ctx, factor: float) -> tuple[np.ndarray, np.ndarray]:
-    """Nodes whose host-side gap (after the previous call on a CPU thread, or from a launch to
-    its kernel) exceeds ``factor`` times the typical one, and that typical value for each."""
+    """Nodes whose host-side gap (after the previous call on a CPU thread that launches device
+    work, or from a launch to its kernel) exceeds ``factor`` times the typical one, and that typical value for each."""
     import numpy as np
 
     from tracediag.graph import dependencies as G
@@ -168,12 +314,22 @@ def _host_stalls(ctx, factor: float) -> tuple[np.ndarray, np.ndarray]:
     g = ctx.graph
     track_kind = ctx.trace.tracks[S.TRACK_KIND].astype(str).to_numpy()
     tk = np.where(g.track >= 0, track_kind[np.maximum(g.track, 0)], "")
+    # The typical delay is the launch threads' (those with a recorded launch), when the trace
+    # records launches: a Python tracer's line (JAX's ``python`` thread: thousands of nested
+    # frames 130 ns apart) or a pool thread would set a "typical" no launch ever takes.
+    on_cpu = tk == "cpu_thread"
+    launching = on_cpu & _launch_tracks(ctx)[np.where(g.track >= 0, g.track, len(track_kind))]
     nodes, values = [], []
-    for sel in ((g.bind_code == G.PROGRAM_ORDER) & (tk == "cpu_thread"), g.bind_code == G.LAUNCH):
-        idx = np.flatnonzero(sel)
+    for sel, pool in (
+        (on_cpu, launching if launching.any() else on_cpu),
+        (np.ones(len(tk), bool), None),
+    ):
+        code = G.PROGRAM_ORDER if pool is not None else G.LAUNCH
+        idx = np.flatnonzero(sel & (g.bind_code == code))
         if not len(idx):
             continue
-        typical = int(np.median(g.gap[idx]))
+        ref = idx if pool is None else np.flatnonzero(pool & (g.bind_code == code))
+        typical = int(np.median(g.gap[ref]))
         stall = idx[g.gap[idx] > factor * max(typical, 1)]
         nodes.append(stall)
         values.append(np.full(len(stall), typical, dtype=np.int64))
@@ -231,6 +387,40 @@ def _device_busy_until(ctx, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray) ->
         woke = first < len(starts)
         woke[woke] = starts[first[woke]] - until[woke] <= DEVICE_WAKE_TOLERANCE_NS
         out[mine] = np.where(queued & woke, until, lo[mine])
+    return out
+
+
+def _launches_within(ctx, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per window ``(lo, hi)`` of a rank: how many calls of the rank that launch device work
+    (a recorded ``launch`` edge's source, on any of its threads) start strictly inside."""
+    import numpy as np
+
+    ev, ed = ctx.trace.events, ctx.trace.edges
+    src = np.unique(ed[S.SRC].to_numpy()[(ed[S.EDGE_KIND] == "launch").to_numpy()])
+    src_rank, src_ts = ev[S.RANK].to_numpy()[src], ev[S.TS].to_numpy()[src]
+    out = np.zeros(len(lo), dtype=np.int64)
+    for r in np.unique(rank):  # per rank (a few), each one vectorised search
+        mine = rank == r
+        ts = np.sort(src_ts[src_rank == r])
+        out[mine] = np.searchsorted(ts, hi[mine], side="left") - np.searchsorted(
+            ts, lo[mine], side="right"
+        )
+    return np.maximum(out, 0)
+
+
+def _device_busy_within(ctx, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per window ``[lo, hi]`` of a rank: the ns its devices work inside it (the union of
+    their busy runs, ``idle_waits.device_busy_runs``)."""
+    import numpy as np
+
+    from tracediag.analysis.intervals import interval_overlap
+    from tracediag.graph.idle_waits import device_busy_runs
+
+    runs = device_busy_runs(ctx.trace)
+    out = np.zeros(len(lo), dtype=np.int64)
+    for r in np.unique(rank):
+        mine, on = rank == r, runs.rank == r
+        out[mine] = interval_overlap(lo[mine], hi[mine], runs.start[on], runs.end[on])
     return out
 
 

@@ -163,7 +163,7 @@ class Fp32Matmuls(Rule):
         engine = _engine(ctx, ids)
         return ctx.finding(
             self,
-            severity=severity_by_saving(ctx.pct(saving), opts, self.severity),
+            severity=severity_by_saving(ctx.cost_pct(saving), opts, self.severity),
             message=(
                 f"{plural(len(ids), 'matmul')}{where} {'runs' if len(ids) == 1 else 'run'} in "
                 f"{'/'.join(slow_dtypes)} on "

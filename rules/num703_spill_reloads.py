@@ -89,7 +89,7 @@ class SpillReloads(Rule):
         )
         yield ctx.finding(
             self,
-            severity=severity_by_saving(ctx.pct(saving), opts, self.severity)
+            severity=severity_by_saving(ctx.cost_pct(saving), opts, self.severity)
             if len(ids)
             else self.severity,
             message=(

@@ -74,7 +74,7 @@ class StageImbalance(Rule):
         )
         yield ctx.finding(
             self,
-            severity=severity_by_saving(ctx.pct(saving), opts, self.severity),
+            severity=severity_by_saving(ctx.cost_pct(saving), opts, self.severity),
             message=(
                 f"Stage {slow} (ranks {', '.join(map(str, ranks))}) computes {fmt_ns(busy)} "
                 f"against the median stage's {fmt_ns(median)} (+{excess_pct:.0f}%); the other "

@@ -332,7 +332,9 @@ def test_resnet50_backward_thread_holds_the_path_not_the_idle_main_thread():
     for f in hst:
         lo, hi = f.start_ns // US, f.end_ns // US
         cover = np.clip(np.minimum(loader["end"], hi) - np.maximum(loader["ts"], lo), 0, None)
-        assert cover.max() >= 0.9 * (hi - lo), (f.message, lo - w0, hi - w0)
+        # one finding for the stalls of every step, each filled by a DataLoader call
+        assert "DataLoader" in f.op, f.message
+        assert cover.sum() * US >= 0.99 * f.evidence["host_op_ns"], (f.message, lo - w0)
     _replay_invariants(a)
 
 

@@ -11,6 +11,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from tracediag.analysis.group_codes import group_codes
 from tracediag.analysis.intervals import busy_ns_by_group
 from tracediag.analysis.peers import event_ordinals, peer_track_names
 from tracediag.graph.dependencies import stable_order_by
@@ -119,8 +120,10 @@ def dma_frame(
         index=pd.Index(np.arange(len(ids))),
     )
     df["bw"] = df["bytes"] / np.maximum(df["dur"], 1) * 1e9  # bytes/s
-    df["direction"] = _directions(trace, ids, df["tensor"].to_numpy(), track)
-    df["tensor_ordinal"] = _tensor_ordinals(df)
+    df["direction"] = _directions(trace, ids, track)
+    # Grouped by codes (the queue's per track, the tensor's category): no string per row.
+    queue_code = pd.factorize(np.asarray(queues, dtype=object))[0].astype(np.int64)[track]
+    df["tensor_ordinal"] = _tensor_ordinals(df, queue_code, _tensor_codes(ev[S.NAME], ids))
     if S.LAYER not in ev:
         df["layer"] = np.full(len(ids), None, dtype=object)
         return df
@@ -135,13 +138,11 @@ def dma_frame(
     return df
 
 
-def _directions(
-    trace: S.Trace, ids: np.ndarray, names: np.ndarray, track: np.ndarray
-) -> np.ndarray:
+def _directions(trace: S.Trace, ids: np.ndarray, track: np.ndarray) -> np.ndarray:
     """Per DMA: its direction from its name, else from the name of the call that launched it
     (ROCm copies run as ``__amd_rocclr_copyBuffer`` kernels launched by ``hipMemcpyDtoDAsync``);
     a DMA queue's transfer is :data:`QUEUE`, a GPU stream's copy that says none :data:`UNKNOWN`."""
-    out = _per_distinct(names, copy_direction)
+    out = _per_distinct_at(trace.events[S.NAME], ids, copy_direction)
     missing = out == ""
     ed = trace.edges
     if missing.any() and len(ed):
@@ -151,11 +152,24 @@ def _directions(
         hit = row < len(ids)
         hit[hit] = ids[row[hit]] == dst[hit]
         src = ed[S.SRC].to_numpy()[launch][hit]
-        callers = _per_distinct(_texts_at(trace.events[S.NAME], src), copy_direction)
+        callers = _per_distinct_at(trace.events[S.NAME], src, copy_direction)
         take = missing[row[hit]] & (callers != "")
         out[row[hit][take]] = callers[take]
     on_gpu = (trace.tracks[S.TRACK_KIND].astype(str) == "gpu_stream").to_numpy()[track]
     return np.where(out != "", out, np.where(on_gpu, UNKNOWN, QUEUE)).astype(object)
+
+
+def _per_distinct_at(col: pd.Series, rows: np.ndarray, fn) -> np.ndarray:
+    """``fn`` of the text of ``col`` at ``rows`` (missing: ""), called once per distinct text:
+    for a categorical by the codes the rows use (no string per row)."""
+    if not isinstance(col.dtype, pd.CategoricalDtype):
+        return _per_distinct(col.to_numpy(dtype=object)[rows], fn)
+    cats = col.cat.categories
+    codes = col.cat.codes.to_numpy()[rows].astype(np.int64) + 1  # 0: missing
+    used = np.flatnonzero(np.bincount(codes, minlength=len(cats) + 1))
+    table = np.empty(len(cats) + 1, dtype=object)
+    table[used] = [fn("" if c == 0 else str(cats[c - 1])) for c in used]
+    return table[codes]
 
 
 def _per_distinct(values: np.ndarray, fn) -> np.ndarray:
@@ -187,23 +201,34 @@ def queue_busy_ns(dma: pd.DataFrame) -> pd.Series:
     return pd.Series(busy.to_numpy(dtype=np.int64), index=index, name="busy_ns")
 
 
-def _tensor_ordinals(df: pd.DataFrame) -> np.ndarray:
+def _tensor_ordinals(
+    df: pd.DataFrame, queue_code: np.ndarray, tensor_code: np.ndarray
+) -> np.ndarray:
     """Per transfer: its position among its rank's transfers of the same queue and tensor, in
     time order. Rings are taken dynamically (a packet goes to whichever ring is free), so a
     transfer's peer on another rank is the same k-th transfer of the tensor, not the k-th
-    transfer of the same ring."""
+    transfer of the same ring. ``queue_code`` and ``tensor_code``: per row, equal for equal
+    names (:func:`_tensor_codes`)."""
     if not len(df):
         return np.zeros(0, dtype=np.int64)
-    key = pd.MultiIndex.from_arrays(
-        [df["rank"].to_numpy(), df["queue"].to_numpy(), df["tensor"].fillna("").to_numpy()]
-    )
-    group = pd.factorize(key)[0].astype(np.int64)
+    group = group_codes(df["rank"].to_numpy(), queue_code, tensor_code)[0]
     o = stable_order_by(group, df["ts"].to_numpy())
     g = group[o]
     first = np.r_[0, np.flatnonzero(g[1:] != g[:-1]) + 1]
     out = np.empty(len(g), dtype=np.int64)
     out[o] = np.arange(len(g)) - np.repeat(first, np.diff(np.r_[first, len(g)]))
     return out
+
+
+def _tensor_codes(col: pd.Series, rows: np.ndarray) -> np.ndarray:
+    """Per row of ``rows``: a code equal for equal texts of ``col``, a missing one counted as
+    "" (its category code, not a string per row)."""
+    if not isinstance(col.dtype, pd.CategoricalDtype):
+        return pd.factorize(pd.Series(_texts_at(col, rows), dtype=object).fillna(""))[0]
+    cats = col.cat.categories
+    codes = col.cat.codes.to_numpy()[rows].astype(np.int64)
+    empty = cats.get_indexer([""])[0] if len(cats) else -1
+    return np.where(codes >= 0, codes, empty if empty >= 0 else len(cats))
 
 
 def _texts_at(col: pd.Series, rows: np.ndarray) -> np.ndarray:
@@ -257,16 +282,20 @@ def typical_bandwidth(
     """
     if by_direction:
         dma = dma[(dma["direction"] != MEMSET).to_numpy()]
-        key = pd.MultiIndex.from_arrays(
-            [dma["queue"].to_numpy(), dma["direction"].to_numpy()], names=["queue", "direction"]
+        # Each column factorized, the codes combined (no tuple per row), sorted as the
+        # (queue, direction) pairs sort.
+        code, first = group_codes(dma["queue"], dma["direction"], sort=True)
+        keys = pd.MultiIndex.from_arrays(
+            [dma["queue"].iloc[first].to_numpy(), dma["direction"].iloc[first].to_numpy()],
+            names=["queue", "direction"],
         )
         lane = dma["direction"].to_numpy()
     else:
         key = pd.Index(dma["queue"].to_numpy(), name="queue")
         lane = np.zeros(len(dma), dtype=np.int64)
+        code, keys = pd.factorize(key, sort=True)
     # Grouped by the keys' codes: a few million rows are not a frame filtered and grouped by
     # string twice.
-    code, keys = pd.factorize(key, sort=True)
     lanes = pd.factorize(lane)[0]
     bw = pd.Series(dma["bw"].to_numpy())
     big = (dma["bytes"] >= min_bytes).to_numpy()

@@ -44,7 +44,20 @@ class Hardware:
     @property
     def peak_flops(self) -> float:
         """The BF16 peak (the usual MFU denominator), else the highest listed."""
-        return self.flops.get("bf16", max(self.flops.values(), default=0.0))
+        return self.flops.get(self.peak_dtype, 0.0)
+
+    @property
+    def peak_dtype(self) -> str:
+        """The format :attr:`peak_flops` is the rate of: ``bf16``, else the fastest listed (a
+        V100 has no BF16: its peak is the FP16 tensor-core rate); ``""`` without rates."""
+        if "bf16" in self.flops or not self.flops:
+            return "bf16" if self.flops else ""
+        return max(self.flops, key=self.flops.get)
+
+    @property
+    def peak_label(self) -> str:
+        """``"BF16 peak"``, ``"FP16 peak"``: :attr:`peak_flops` named by its format."""
+        return f"{self.peak_dtype.upper()} peak" if self.peak_dtype else "peak"
 
 
 _T = 1e12

@@ -62,6 +62,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tracediag.analysis.group_codes import group_codes
 from tracediag.analysis.temporal_breakdown import breakdown_of_codes, device_activity
 from tracediag.graph.dependencies import Graph
 from tracediag.model import schema as S
@@ -112,32 +113,17 @@ def rank_steps(trace: S.Trace, graph: Graph) -> pd.DataFrame:
         kinds, kind_code = S.text_codes(ev[S.KIND])
         marker = np.append(np.asarray(kinds, dtype=object) == "marker", True)[kind_code[has]]
         lowest, highest = np.iinfo(np.int64).min, np.iinfo(np.int64).max
-        frame = pd.DataFrame(
-            {
-                "rank": ev[S.RANK].to_numpy()[has].astype(np.int64),
-                "number": step[has],
-                "start_ns": start,
-                "last_ns": end,
-                # Host work: not its annotations (a Python frame such as the profiler's own
-                # last step() call may run on long after the step).
-                "host_last_ns": np.where(on_host & ~marker, end, lowest),
-                "host_start_ns": np.where(on_host, start, highest),
-                "work": ~marker,
-            }
-        )
-        keys = ["rank", "number"]
-        g = frame.groupby(keys, sort=False).agg(
-            start_ns=("start_ns", "min"),
-            last_ns=("last_ns", "max"),
-            host_last_ns=("host_last_ns", "max"),
-            host_first=("host_start_ns", "idxmin"),
-            work=("work", "sum"),
-        )
+        rank = ev[S.RANK].to_numpy()[has].astype(np.int64)
+        # Host work: not its annotations (a Python frame such as the profiler's own last
+        # step() call may run on long after the step).
+        host_last = np.where(on_host & ~marker, end, lowest)
+        host_start = np.where(on_host, start, highest)
+        g = _per_step(rank, step[has], start, end, host_last, host_start, ~marker)
         # The range that opens the step on the host (its ProfilerStep#N) ends it too.
-        opening = frame["last_ns"].to_numpy()[g["host_first"].to_numpy()]
-        opens_on_host = frame["host_start_ns"].to_numpy()[g["host_first"].to_numpy()] < highest
+        first = g.pop("host_first").to_numpy()
+        opening = end[first]
+        opens_on_host = host_start[first] < highest
         g["host_last_ns"] = np.maximum(g["host_last_ns"], np.where(opens_on_host, opening, lowest))
-        g = g.reset_index()
         # A step of nothing but its marker (the ProfilerStep that prof.stop() closes at once)
         # is no step, unless the rank has no other.
         busy = g.groupby("rank")["work"].transform("max") > 0
@@ -181,6 +167,35 @@ def rank_steps(trace: S.Trace, graph: Graph) -> pd.DataFrame:
     out["step_ns"] = out["end_ns"] - out["start_ns"]
     out.attrs[EMPTY_STEPS] = [int(n) for n in empty]
     return out
+
+
+def _per_step(rank, number, start, end, host_last, host_start, work) -> pd.DataFrame:
+    """Per (rank, step number), in order of first appearance: its first start, last end and
+    last host end, its first host event's row (the earliest host start, the first such row
+    on a tie) and its work events. By group codes and one sort of the rows by them (no frame of
+    every event grouped)."""
+    code, first = group_codes(rank, number)
+    # Stable: a group's rows stay in row order (its first earliest host start comes first).
+    o = np.argsort(code, kind="stable")
+    bounds = np.flatnonzero(np.r_[True, code[o][1:] != code[o][:-1]])  # code k starts here
+
+    def reduce(ufunc, values):
+        return ufunc.reduceat(values[o], bounds) if len(o) else values[:0]
+
+    host_min = reduce(np.minimum, host_start)
+    at_min = host_start[o] == np.repeat(host_min, np.diff(np.r_[bounds, len(o)]))
+    host_first = np.minimum.reduceat(np.where(at_min, o, len(o)), bounds) if len(o) else o[:0]
+    return pd.DataFrame(
+        {
+            "rank": rank[first],
+            "number": number[first],
+            "start_ns": reduce(np.minimum, start),
+            "last_ns": reduce(np.maximum, end),
+            "host_last_ns": reduce(np.maximum, host_last),
+            "host_first": host_first.astype(np.int64),
+            "work": np.bincount(code[work], minlength=len(first)).astype(np.int64),
+        }
+    )
 
 
 def _window_rows(graph: Graph) -> pd.DataFrame:
