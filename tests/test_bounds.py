@@ -22,7 +22,7 @@ import pytest
 import tracediag
 from tests.cleanroom.neuron_device_writer import write_scenario
 from tracediag.analysis import hardware as hw
-from tracediag.analysis.bounds import bounds_table
+from tracediag.analysis.bounds import GAPS, bounds_table
 from tracediag.cli.main import main
 
 SCENARIOS = ("slow_weight_dma", "clean", "tp_exposed_allreduce", "pipeline_1f1b")
@@ -217,7 +217,13 @@ def test_diagnosis_bounds_df_is_the_table_of_the_analysed_job(written):
     directory, truth = written["slow_weight_dma"]
     job, peaks = loaded(directory, truth)
     d = job.diagnose()
-    pd.testing.assert_frame_equal(d.bounds_df, bounds_table(job.trace, d.analysis.hardware))
+    table = bounds_table(job.trace, d.analysis.hardware)
+    pd.testing.assert_frame_equal(d.bounds_df[table.columns], table)
+    # The diagnosis adds each gap's replayed saving, never more than the gap.
+    for gap in GAPS:
+        saving = d.bounds_df[f"{gap}_saving_ns"]
+        assert (saving.isna() | (saving <= table[f"{gap}_ns"])).all(), gap
+    assert (d.bounds_df["gap_savings_note"] == "").all()
     assert d.bounds_df is d.bounds_df  # cached
     start = int(d.bounds_df["start_ns"].min())
     window = d.bounds_in(start, start + 50_000)

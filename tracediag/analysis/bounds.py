@@ -29,6 +29,7 @@ with LNC=2), else from the rank's hardware profile; the table says which.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -87,29 +88,9 @@ def bounds_table(
     events), one ``(start_ns, end_ns)`` for every rank, or one per rank (aligned ns).
     ``hardware``: the rank's peaks when its profile names none (``Analysis.hardware``).
     """
-    ranks = np.asarray(trace.ranks, dtype=np.int64)
     hardware = hardware or {}
-    ev, tracks = trace.events, trace.tracks
-    track = ev[S.TRACK].to_numpy()
-    kind_names, kind_code = S.text_codes(ev[S.KIND])
-
-    def of_kind(*names: str) -> np.ndarray:
-        return np.isin(kind_code, [i for i, k in enumerate(kind_names) if k in names])
-
-    # Classify the few tracks, then index by each event's track: no string per event.
-    track_kind = tracks[S.TRACK_KIND].astype(str).to_numpy()
-    track_engine = tracks[S.ENGINE].astype(str).to_numpy()
-    engine_track = np.isin(track_kind, _ENGINE_TRACK_KINDS)
-    engines = np.unique(np.append(track_engine[engine_track], DMA_ENGINE))
-    dma_code = int(np.searchsorted(engines, DMA_ENGINE))
-    track_code = np.where(engine_track, np.searchsorted(engines, track_engine), -1)
-    device = of_kind(*_DEVICE_KINDS) & (track_kind != "cpu_thread")[track]
-    is_dma = device & of_kind("dma")
-    is_engine = device & of_kind("compute") & engine_track[track]
-    code = np.where(is_dma, dma_code, np.where(is_engine, track_code[track], -1))
-    pos = np.searchsorted(ranks, ev[S.RANK].to_numpy())
-    start = ev[S.TS].to_numpy()
-    end = start + ev[S.DUR].to_numpy()
+    ranks, engines, dma_code, code, pos, start, end, device, is_dma = _classify(trace)
+    ev = trace.events
     t0, t1 = _windows(ranks, window, pos[device], start[device], end[device])
 
     # Engine active times: one group per (rank, engine), intervals clipped to the window.
@@ -140,6 +121,68 @@ def bounds_table(
     _add_compute_inputs(out, trace, hardware, engines, counts, code, began, pos)
     _add_bounds(out, engines)
     return out
+
+
+def _classify(trace: S.Trace):
+    """Per event: its engine code (index into the sorted engine names, the DMA one of them; -1
+    for events on no engine), its rank's position, start and end; the device and DMA masks."""
+    ranks = np.asarray(trace.ranks, dtype=np.int64)
+    ev, tracks = trace.events, trace.tracks
+    track = ev[S.TRACK].to_numpy()
+    kind_names, kind_code = S.text_codes(ev[S.KIND])
+
+    def of_kind(*names: str) -> np.ndarray:
+        return np.isin(kind_code, [i for i, k in enumerate(kind_names) if k in names])
+
+    # Classify the few tracks, then index by each event's track: no string per event.
+    track_kind = tracks[S.TRACK_KIND].astype(str).to_numpy()
+    track_engine = tracks[S.ENGINE].astype(str).to_numpy()
+    engine_track = np.isin(track_kind, _ENGINE_TRACK_KINDS)
+    engines = np.unique(np.append(track_engine[engine_track], DMA_ENGINE))
+    dma_code = int(np.searchsorted(engines, DMA_ENGINE))
+    track_code = np.where(engine_track, np.searchsorted(engines, track_engine), -1)
+    device = of_kind(*_DEVICE_KINDS) & (track_kind != "cpu_thread")[track]
+    is_dma = device & of_kind("dma")
+    is_engine = device & of_kind("compute") & engine_track[track]
+    code = np.where(is_dma, dma_code, np.where(is_engine, track_code[track], -1))
+    pos = np.searchsorted(ranks, ev[S.RANK].to_numpy())
+    start = ev[S.TS].to_numpy()
+    end = start + ev[S.DUR].to_numpy()
+    return ranks, engines, dma_code, code, pos, start, end, device, is_dma
+
+
+@dataclass
+class EventClasses:
+    """Per event, what the bounds counted it as (for the what-ifs that close their gaps)."""
+
+    engines: np.ndarray  # the engine names, sorted (``dma`` among them)
+    dma_code: int
+    code: np.ndarray  # per event: index into ``engines``, -1 for no engine
+    pos: np.ndarray  # per event: its rank's row in the table
+    began: np.ndarray  # bool: starts in its rank's window
+    nbytes: np.ndarray  # float, NaN where unknown
+    flops: np.ndarray  # at the BF16 rate (a slower format's FLOPs count more), NaN unknown
+    transpose_flops: np.ndarray  # as stated, NaN unknown
+
+
+def classify_events(trace: S.Trace, table: pd.DataFrame, hardware: dict | None = None):
+    """The :class:`EventClasses` of ``trace`` for the windows of ``table`` (a
+    :func:`bounds_table` of the same trace, one row per rank)."""
+    ranks, engines, dma_code, code, pos, start, *_ = _classify(trace)
+    t0 = table["start_ns"].reindex(ranks).to_numpy(dtype=np.int64)
+    t1 = table["end_ns"].reindex(ranks).to_numpy(dtype=np.int64)
+    ev = trace.events
+    raw = _column(ev, S.FLOPS)
+    return EventClasses(
+        engines=engines,
+        dma_code=dma_code,
+        code=code,
+        pos=pos,
+        began=(start >= t0[pos]) & (start < t1[pos]),
+        nbytes=_column(ev, S.BYTES),
+        flops=raw * _bf16_rate_factor(ev, pos, table, hardware or {}),
+        transpose_flops=_column(ev, S.TRANSPOSE_FLOPS),
+    )
 
 
 def _windows(ranks, window, pos, start, end) -> tuple[np.ndarray, np.ndarray]:
@@ -199,7 +242,7 @@ def te_peak(info: dict, hw: Hardware | None) -> tuple[float, str]:
     if te == te:
         return te, "Metadata tensor_engine rows x cols x 2 x clock" + _cores_note(info)
     if hw is not None and hw.peak_flops > 0:
-        return hw.peak_flops, f"{hw.name} BF16 peak (built-in)"
+        return hw.peak_flops, f"{hw.name} {hw.peak_label} (built-in)"
     return math.nan, "unknown"
 
 
@@ -317,7 +360,8 @@ def _add_bounds(out: pd.DataFrame, engines: np.ndarray) -> None:
 def bounds_records(table: pd.DataFrame) -> list[dict]:
     """The table as one JSON-ready dict per rank: window, bounds, gaps (each with its name),
     bottleneck, binding, engine active times, inputs and peaks with their sources; None where
-    unknown."""
+    unknown. A diagnosis's table (:func:`tracediag.whatif.bound_gaps.with_gap_savings`) adds
+    ``gap_savings_ns`` (each gap's replayed saving) and ``gap_savings_note``."""
     engines = [c[len("busy_") : -len("_ns")] for c in table.columns if c.startswith("busy_")]
     records = []
     for r, row in table.iterrows():  # one row per rank, not per event
@@ -345,6 +389,9 @@ def bounds_records(table: pd.DataFrame) -> list[dict]:
                 },
             }
         )
+        if "gap_savings_note" in table:  # a diagnosis's table: each gap closed and replayed
+            records[-1]["gap_savings_ns"] = {g: _ns(row[f"{g}_saving_ns"]) for g in GAPS}
+            records[-1]["gap_savings_note"] = row["gap_savings_note"]
     return records
 
 

@@ -21,6 +21,7 @@ from tracediag.graph.inferred_edges import counts_by_rank
 from tracediag.model import schema as S
 from tracediag.model.findings import Finding, Severity
 from tracediag.model.numeric_formats import precision_records
+from tracediag.whatif.bound_gaps import with_gap_savings
 from tracediag.whatif.user_changes import Change, WhatIfResult, what_if
 
 # Rules put numpy scalars and arrays in ``evidence``; non-str keys (rank numbers) are allowed.
@@ -287,12 +288,16 @@ class Diagnosis:
         active, DMA bytes at peak, IN/OUT bytes at peak; compute: tensor-engine active, FLOPs
         at peak, without transposes; pipeline: the busiest engine), the gaps between them with
         AWS's names, the ``bottleneck`` engine and the peaks used with their sources; see
-        :func:`tracediag.analysis.bounds.bounds_table` (and :meth:`bounds_in` for a window)."""
-        return bounds_table(self.trace, self.analysis.hardware)
+        :func:`tracediag.analysis.bounds.bounds_table` (and :meth:`bounds_in` for a window).
+        Each gap's ``<gap>_saving_ns`` is what the replayed step gains with it closed (NaN when
+        the graph is too large to replay them all; ``gap_savings_note`` says so), see
+        :func:`tracediag.whatif.bound_gaps.gap_savings`."""
+        return with_gap_savings(self.analysis, bounds_table(self.trace, self.analysis.hardware))
 
     def bounds_in(self, start_ns: int, end_ns: int) -> pd.DataFrame:
         """:attr:`bounds_df` over the window ``[start_ns, end_ns)`` (aligned ns) of every rank."""
-        return bounds_table(self.trace, self.analysis.hardware, (start_ns, end_ns))
+        table = bounds_table(self.trace, self.analysis.hardware, (start_ns, end_ns))
+        return with_gap_savings(self.analysis, table)
 
     def to_json(self) -> str:
         """The JSON report, byte for byte what ``tracediag report --format json`` writes."""

@@ -66,6 +66,44 @@ def bounds_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+#: The gaps between consecutive bounds, as AWS names them, with the bounds they lie between.
+GAP_NAMES = {
+    "dma_idle": ("DMA idle", "window - DMA active"),
+    "dma_inefficiency": ("DMA inefficiency", "DMA active - DMA@peak"),
+    "excess_hbm_traffic": ("excess HBM traffic", "DMA@peak - necessary@peak"),
+    "te_idle": ("TE idle", "window - TE active"),
+    "te_underutilization": ("TE underutilization", "TE active - FLOPs@peak"),
+    "transpose_overhead": ("transpose overhead", "FLOPs@peak - without transposes"),
+    "serialization": ("serialization", "window - busiest"),
+}
+#: At most this many gaps in the reports' table (the largest savings first).
+GAP_ROWS = 8
+
+
+def gap_rows(report: dict) -> tuple[list[str], list[list[str]]]:
+    """Header and the gaps with the largest replayed savings (at most :data:`GAP_ROWS`, over
+    every rank): rank, gap, the bounds it lies between, its size, its saving. None when the
+    report replayed no gap (older reports, graphs over the replay budget)."""
+    found = []
+    for b in device_bounds(report):
+        for gap, saving in (b.get("gap_savings_ns") or {}).items():
+            size = b["gaps_ns"].get(gap)
+            if saving and size and gap in GAP_NAMES:
+                found.append((-saving, int(b["rank"]), gap, size, saving))
+    rows = [
+        [str(r), GAP_NAMES[g][0], GAP_NAMES[g][1], fmt_ns(size), fmt_ns(saving)]
+        for _, r, g, size, saving in sorted(found)[:GAP_ROWS]
+    ]
+    return ["rank", "gap", "between", "gap size", "saving (replay)"], rows
+
+
+def gap_note(report: dict) -> str:
+    """Why the gaps have no savings (the first rank's note), "" when they have."""
+    return next(
+        (b["gap_savings_note"] for b in device_bounds(report) if b.get("gap_savings_note")), ""
+    )
+
+
 def precision_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     """Header and one row per rank and format of its matmuls: count, time, FLOPs."""
     rows = [
@@ -82,6 +120,7 @@ def text_lines(report: dict, width: int, heading=str) -> list[str]:
     note = bounds_note(report)
     for title, (header, rows), extra in (
         ("Bounds per rank (gaps and sources: tracediag bounds)", bounds_rows(report), note),
+        ("Gaps between the bounds: what closing each saves", gap_rows(report), gap_note(report)),
         ("Matmuls by numeric format", precision_rows(report), ""),
     ):
         if not rows and not extra:
@@ -113,6 +152,15 @@ def markdown_lines(report: dict, table) -> list[str]:
         out += ["Gaps, peaks and their sources: `tracediag bounds --format json`.", ""]
     elif note:
         out += ["### Bounds per rank", "", note, ""]
+    header, rows = gap_rows(report)
+    if rows:
+        out += ["### Gaps between the bounds", "", *table(header, rows, "lllrr"), ""]
+        out += [
+            "Each saving is the replayed step with that gap closed, never more than the gap.",
+            "",
+        ]
+    elif gap := gap_note(report):
+        out += ["### Gaps between the bounds", "", f"Savings {gap}.", ""]
     header, rows = precision_rows(report)
     if rows:
         out += ["### Matmuls by numeric format", "", *table(header, rows, "llrrr"), ""]

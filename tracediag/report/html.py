@@ -15,6 +15,8 @@ from tracediag.report.bounds_precision import (
     bounds_note,
     bounds_rows,
     device_bounds,
+    gap_note,
+    gap_rows,
     precision_rows,
 )
 from tracediag.report.html_steps import steps_section
@@ -275,6 +277,17 @@ def _bounds(report: dict) -> str:
     if note := bounds_note(report):  # the ranks without device work, in one line
         out += [] if rows else ["<h2>Bounds per rank</h2>"]
         out.append(f'<p class="muted">{escape(note)}</p>')
+    header, rows = gap_rows(report)
+    if rows:
+        esc = [[escape(c) for c in r] for r in rows]
+        out += [
+            "<h2>Gaps between the bounds</h2>",
+            '<p class="muted">What the step would gain with each gap closed, by replay of the '
+            "dependency graph (never more than the gap).</p>",
+            _table(header, esc, text=(0, 1, 2)),
+        ]
+    elif gap := gap_note(report):
+        out.append(f'<p class="muted">Gap savings {escape(gap)}.</p>')
     header, rows = precision_rows(report)
     if rows:
         esc = [[escape(c) for c in r] for r in rows]
