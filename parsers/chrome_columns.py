@@ -42,6 +42,8 @@ NUMBER_ARGS = (
     "wait_on_stream",
     "wait_on_cuda_event_record_corr_id",
     "bytes",
+    "Sequence number",  # autograd: a backward op's number is its forward op's (kineto_source)
+    "Fwd thread id",
 )
 # The collective fields Kineto puts in a kernel's or CPU op's args (kineto_collectives).
 COLLECTIVE_ARGS = (

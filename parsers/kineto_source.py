@@ -82,12 +82,54 @@ def source_lines(rows: Rows, launcher: np.ndarray, op_row: np.ndarray) -> pd.Cat
     nesting = SliceNesting(rows.thread[frames], rows.ts[frames], rows.end[frames])
     inner = nesting.innermost(rows.thread[cpu], rows.ts[cpu])
     source[cpu] = np.where(inner >= 0, frames[np.maximum(inner, 0)], -1)
+    _backward_from_forward(rows, cpu, source)
     gpu = rows.where(*GPU_WORK, gpu=True)
     from_op = gpu[(launcher[gpu] < 0) & (op_row[gpu] >= 0)]
     source[from_op] = source[op_row[from_op]]
     launched = gpu[launcher[gpu] >= 0]
     source[launched] = source[launcher[launched]]
     return _labels(rows, source, label)
+
+
+def _backward_from_forward(rows: Rows, cpu: np.ndarray, source: np.ndarray) -> None:
+    """Give backward ops without a user frame their forward op's frame, in place (``source``:
+    frame row per slice, -1 for none), and the slices they enclose theirs.
+
+    Autograd runs backward ops on its own thread, where no user frame encloses them. PyTorch
+    gives a backward op (``args["Fwd thread id"]`` > 0) the ``Sequence number`` of the forward
+    op that made its autograd node: the forward op of that number in the same process (the
+    first by time with a user frame; the ops it calls share the number and the frame) names the
+    line. An op a user frame encloses (a custom ``autograd.Function.backward``) keeps its own.
+    """
+    seq = rows.args.number("Sequence number", cpu)
+    fwd_thread = rows.args.number("Fwd thread id", cpu)
+    numbered = np.isfinite(seq) & (seq >= 0)
+    if not numbered.any():
+        return
+    backward = numbered & (np.nan_to_num(fwd_thread) > 0)
+    forward = numbered & ~backward & (source[cpu] >= 0)
+    if not backward.any() or not forward.any():
+        return
+    # One key per (process, sequence number); the first forward op by time wins.
+    key = rows.pid_codes[cpu].astype(np.int64) * (1 << 40) + np.where(numbered, seq, 0).astype(
+        np.int64
+    )
+    fwd = np.flatnonzero(forward)
+    fwd = fwd[np.lexsort((rows.ts[cpu[fwd]], key[fwd]))]
+    keys, first = np.unique(key[fwd], return_index=True)
+    frame_of_key = source[cpu[fwd[first]]]
+    bwd = np.flatnonzero(backward & (source[cpu] < 0))
+    at = np.minimum(np.searchsorted(keys, key[bwd]), len(keys) - 1)
+    found = keys[at] == key[bwd]
+    source[cpu[bwd[found]]] = frame_of_key[at[found]]
+    # The slices a backward op encloses (its aten ops, their launch calls) take its line.
+    ops = cpu[backward & (source[cpu] >= 0)]
+    rest = cpu[source[cpu] < 0]
+    if not len(ops) or not len(rest):
+        return
+    nesting = SliceNesting(rows.thread[ops], rows.ts[ops], rows.end[ops])
+    inner = nesting.innermost(rows.thread[rest], rows.ts[rest])
+    source[rest[inner >= 0]] = source[ops[inner[inner >= 0]]]
 
 
 def _labels(rows: Rows, source: np.ndarray, label: np.ndarray) -> pd.Categorical:

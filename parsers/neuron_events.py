@@ -27,7 +27,11 @@ from tracediag.parsers.neuron_common import (
     normalise_engines,
     numbered,
 )
-from tracediag.parsers.neuron_kernel_fields import source_lines, tensor_operand_fields
+from tracediag.parsers.neuron_kernel_fields import (
+    elementwise_counts,
+    source_lines,
+    tensor_operand_fields,
+)
 
 _INNER_LIST = re.compile(r"\[([\d,\s]*)\]")
 
@@ -109,6 +113,9 @@ def instruction_events(df: pd.DataFrame, device: str) -> pd.DataFrame:
     for name, values in tensor_operand_fields(df, engine).items():
         if np.isfinite(values).any():  # only where a tensor instruction states its tile
             out[name] = values
+    elements = elementwise_counts(df, engine)
+    if np.isfinite(elements).any():
+        out[S.ELEMENTS] = elements
     return semaphore_waits_as_stalls(out, opcode)
 
 

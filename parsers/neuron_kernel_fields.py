@@ -6,6 +6,8 @@ A tensor-engine instruction's ``operands`` (neuron-explorer 2.22+, undocumented)
 size N as the first figure of its ``src`` access pattern (``src=bf16@0x5600[1,0,0][512,1,1]``),
 as AWS's TE-inefficiency investigation reads it. The ``src`` and ``dst`` addresses tell which
 tensor an instruction reads and writes (a transpose repeated on one tensor reads one address).
+An elementwise instruction's source pattern gives the elements it reads (the slow-engine
+what-if times them at the engine's lanes x clock).
 Parsed per distinct operand text (a Categorical), never per row in Python.
 """
 
@@ -21,6 +23,8 @@ _SHAPE = r"(?P<k>\d+)\*(?P<m>\d+)\s*$"
 _MOVING = r"src=\S*?\[[\d,\-\s]+\]\[(?P<n>\d+)"
 _SRC = r"src=(?:\w+@)?0x(?P<src>[0-9a-fA-F]+)"
 _DST = r"dst=(?:\w+@)?0x(?P<dst>[0-9a-fA-F]+)"
+_ELEMENTS = r"src=(?:\w+@)?0x[0-9a-fA-F]+\[(?P<n>\d+)\](?!\[)"
+_ELEMENTWISE_ENGINES = ("vector", "scalar", "gpsimd")
 
 
 def source_lines(df: pd.DataFrame, n: int) -> pd.Categorical:
@@ -60,6 +64,29 @@ def tensor_operand_fields(df: pd.DataFrame, engine: pd.Categorical) -> dict[str,
         table = np.append(per_text.to_numpy(dtype=np.float64, na_value=np.nan), np.nan)
         out[name] = table[codes]  # code -1 (not the tensor engine, no text) picks the NaN
     return out
+
+
+def elementwise_counts(df: pd.DataFrame, engine: pd.Categorical) -> np.ndarray:
+    """Per instruction of the vector, scalar and GpSimd engines: the elements its ``operands``
+    say it reads, a source access pattern of one count (``src=fp32@0x2000000[16384]``); NaN
+    elsewhere, and where the pattern has strides and counts per dimension (``[1,0,0][3,1,1]``:
+    per partition, the partitions unstated). Parsed per distinct operand text."""
+    n = len(df)
+    out = np.full(n, np.nan)
+    text = column(df, "operands")
+    if text is None or not n:
+        return out
+    cats = np.asarray(engine.categories, dtype=object)
+    wanted = np.isin(engine.codes, np.flatnonzero(np.isin(cats, _ELEMENTWISE_ENGINES)))
+    if not wanted.any():
+        return out
+    values = labels(text, n)
+    distinct = pd.Series(np.asarray(values.categories, dtype=object), dtype=object)
+    if not len(distinct):
+        return out
+    counts = pd.to_numeric(distinct.str.extract(_ELEMENTS)["n"], errors="coerce")
+    table = np.append(counts.to_numpy(dtype=np.float64, na_value=np.nan), np.nan)
+    return table[np.where(wanted, values.codes, -1)]
 
 
 def _hex(values: pd.Series) -> pd.Series:

@@ -15,11 +15,24 @@ class BottleneckEngine(Rule):
     name = "bottleneck-engine"
     title = "A non-tensor engine bounds the step"
     severity = Severity.WARNING
-    options = {"min_ratio": 1.0, "warn_saving_pct": 5.0, "error_saving_pct": 25.0}
+    options = {
+        "min_ratio": 1.0,
+        # An engine whose instructions would take at most this share of their time at its
+        # element rate runs below it: the what-if runs them at the rate.
+        "max_rate_share": 0.5,
+        "warn_saving_pct": 5.0,
+        "error_saving_pct": 25.0,
+    }
     doc = {
         "what it finds": "NeuronCores whose busiest engine (union of its instructions' time) is "
         "not the tensor engine, and whose critical path runs on that engine longer than on the "
-        "tensor engine: the vector, scalar or GpSimd engine, not the matmuls, sets the pace.",
+        "tensor engine: the vector, scalar or GpSimd engine, not the matmuls, sets the pace. "
+        "When the engine's instructions state their element count (`operands`) and would take "
+        "at most `max_rate_share` of their time at the engine's rate (Metadata lanes x clock, "
+        "plus one instruction's fixed cost: the shortest instruction of the core's other "
+        "engines), the engine runs below its rate and the what-if runs them at it (the "
+        "transfers they trigger keep only the latency their queue would not hide); otherwise "
+        "it makes the engine no busier than the tensor engine.",
         "why it matters": "The perfect pipeline of a NeuronCore runs as fast as its busiest engine. "
         "When that is not the tensor engine, the FLOPs you pay for wait on elementwise work, "
         "activations or custom kernels.",
@@ -36,6 +49,8 @@ class BottleneckEngine(Rule):
 
         from tracediag.analysis.intervals import busy_ns_by_group
         from tracediag.graph.replay import WhatIf
+        from tracediag.whatif.engine_rate import at_engine_rate, instruction_overhead_ns
+        from tracediag.whatif.trigger_latency import with_trigger_latency
 
         ev = ctx.trace.events
         engines = ctx.trace.tracks[S.ENGINE].astype(str).to_numpy()
@@ -74,20 +89,58 @@ class BottleneckEngine(Rule):
         for engine, ranks in bound.items():
             sel = comp.copy()
             sel[comp] = np.isin(rank, ranks) & (e == engine)
-            # What-if: the engine no busier than the tensor engine (a balanced pipeline).
-            factors = {r: min(1.0, by_rank[r].get("tensor", 0) / by_rank[r][engine]) for r in ranks}
             ids = np.flatnonzero(sel)
-            per_rank = np.ones(max(ranks) + 1)
-            per_rank[list(factors)] = list(factors.values())
-            f = per_rank[ev[S.RANK].to_numpy()[ids]]
+            # What-if 1: an engine running below its own rate (its instructions far longer than
+            # their elements at lanes x clock plus one instruction's fixed cost) runs at it.
+            others = comp.copy()
+            others[comp] = np.isin(rank, ranks) & (e != engine)
+            overhead = instruction_overhead_ns(ctx.trace, others)
+            at_rate, figures = at_engine_rate(ctx, ids, engine, overhead)
+            known = np.isfinite(at_rate)
+            held = float(ev[S.DUR].to_numpy()[ids][known].sum())
+            rate_share = float(at_rate[known].sum()) / held if held else 1.0
+            slow = known.any() and rate_share <= opts["max_rate_share"]
             nodes = ctx.nodes_of(ids)
             ok = nodes >= 0
-            change = WhatIf.durations(
-                nodes[ok], np.floor(ctx.graph.dur[nodes[ok]] * f[ok]).astype(np.int64)
-            )
+            if slow:
+                ok &= known
+                new = np.minimum(ctx.graph.dur[nodes[ok]], at_rate[ok]).astype(np.int64)
+                factors = {}
+            else:
+                # What-if 2: the engine no busier than the tensor engine (a balanced pipeline).
+                factors = {
+                    r: min(1.0, by_rank[r].get("tensor", 0) / by_rank[r][engine]) for r in ranks
+                }
+                per_rank = np.ones(max(ranks) + 1)
+                per_rank[list(factors)] = list(factors.values())
+                f = per_rank[ev[S.RANK].to_numpy()[ids]]
+                new = np.floor(ctx.graph.dur[nodes[ok]] * f[ok]).astype(np.int64)
+            change = WhatIf.durations(nodes[ok], new)
+            if slow:
+                # Sooner triggers: the stores' trigger latency hides behind their queue's
+                # previous transfer, as it does in a kernel whose engine keeps pace.
+                change = with_trigger_latency(ctx, change)
             saving = ctx.what_if(change)
             impact = int(on_path.get(engine, 0))
             r0 = ranks[0]
+            if slow:
+                rate, fixed = figures[r0]
+                how = (
+                    f"Its {int(known.sum())} instructions with a stated element count take "
+                    f"{fmt_ns(held)}; at the engine's rate ({rate:.0f} elements/ns: lanes x "
+                    f"clock) plus {fmt_ns(fixed)} per instruction they would take "
+                    f"{fmt_ns(at_rate[known].sum())} ({100 * rate_share:.0f}%), and the step "
+                    f"{fmt_ns(saving)} shorter."
+                )
+                suggestion = (
+                    f"The {engine} engine runs at {100 * rate_share:.0f}% of its element rate: "
+                    "check its instructions' performance mode, data types and access patterns."
+                )
+            else:
+                how = f"Balanced with the tensor engine the step would be {fmt_ns(saving)} shorter."
+                suggestion = (
+                    f"Move or fuse work off the {engine} engine so the tensor engine sets the pace."
+                )
             yield ctx.finding(
                 self,
                 severity=severity_by_saving(ctx.cost_pct(saving), opts, self.severity),
@@ -95,7 +148,7 @@ class BottleneckEngine(Rule):
                     f"The {engine} engine bounds rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}: "
                     f"busy {fmt_ns(by_rank[r0][engine])} against the tensor engine's {fmt_ns(by_rank[r0].get('tensor', 0))} "
                     f"on rank {r0}, and the critical path runs {fmt_ns(impact)} on it ({ctx.share(impact)}). "
-                    f"Balanced with the tensor engine the step would be {fmt_ns(saving)} shorter."
+                    + how
                 ),
                 ranks=tuple(ranks),
                 engine=engine,
@@ -104,9 +157,19 @@ class BottleneckEngine(Rule):
                 impact_ns=impact,
                 saving_ns=int(saving),
                 change=change,
-                suggestion=f"Move or fuse work off the {engine} engine so the tensor engine sets the pace.",
+                suggestion=suggestion,
                 evidence={
                     "busy_ns_by_engine": {str(r): by_rank[r] for r in ranks},
                     "scale_factors": factors,
+                    "what_if": "engine_rate" if slow else "balance",
+                    **(
+                        {
+                            "rate_share": round(rate_share, 4),
+                            "elements_per_ns": {str(r): v[0] for r, v in figures.items()},
+                            "instruction_overhead_ns": {str(r): v[1] for r, v in figures.items()},
+                        }
+                        if slow
+                        else {}
+                    ),
                 },
             )

@@ -49,6 +49,9 @@ TILE_MOVING = "tile_moving"
 SRC_ADDRESS = "src_address"
 DST_ADDRESS = "dst_address"
 TILE_FIELDS = (TILE_ROWS, TILE_COLS, TILE_MOVING, SRC_ADDRESS, DST_ADDRESS)
+#: Elements a vector, scalar or GpSimd instruction processes (its ``operands``' source access
+#: pattern): what the engine's lanes x clock rate times.
+ELEMENTS = "elements"
 
 #: Event kinds. ``marker`` events (annotations, CPU op ranges, steps) are kept for drill-down
 #: but are not nodes of the dependency graph.
@@ -77,6 +80,7 @@ EVENT_OPTIONAL = {
     "dtype": "category",
     TRANSPOSE_FLOPS: "float64",
     **dict.fromkeys(TILE_FIELDS, "float64"),  # NaN: not a tensor instruction, not stated
+    ELEMENTS: "float64",  # NaN: not an elementwise instruction, not stated
 }
 
 # ---- tracks -------------------------------------------------------------------------------
