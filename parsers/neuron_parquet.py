@@ -55,6 +55,7 @@ from tracediag.parsers.neuron_flow import flow_edges
 from tracediag.parsers.neuron_kernel_fields import tensor_sizes
 from tracediag.parsers.neuron_parquet_cc import fill_empty_groups, stream_indices
 from tracediag.parsers.neuron_parquet_dma import (
+    block_semaphores,
     data_bytes,
     drop_duplicate_packets,
     transfer_stats,
@@ -99,6 +100,7 @@ DTYPE_TEXT_COLUMNS = ["operands", "instruction_chain"]
 DMA_COLUMNS = [
     "start_ts", "end_ts", "duration_ns", "id", "packet_aggregation_id", "engine_idx",
     "transfer_bytes", "variable", "queue_name", "queue_type", "pcore_idx",
+    "semaphore_id",  # DmaPacketAggregated only (neuron_semaphores: the DMA is a producer)
 ]  # fmt: skip
 CC_COLUMNS = [
     "start_ts", "end_ts", "duration_ns", "operation", "algorithm", "dtype", "op_id", "stream_id",
@@ -298,6 +300,9 @@ def _events_part(
         dma = drop_duplicate_packets(dma, dma_table, meta)
         if dma_table == "DmaPacketAggregated":
             dma["packet_aggregation_id"] = dma.get("id")  # each block is its own transfer
+        else:  # packets name no semaphore: their block does
+            blocks = read_table(files.get("DmaPacketAggregated"), ["id", "semaphore_id"])
+            dma = block_semaphores(dma, blocks)
         nbytes = data_bytes(dma)
         meta.info["dma_transfers"] = transfer_stats(dma, nbytes)
         meta.info["dma_packets_without_data"] = int(np.isnan(nbytes).sum())

@@ -80,3 +80,22 @@ def transfer_stats(dma: pd.DataFrame, nbytes: np.ndarray) -> dict[str, dict]:
         }
         for q, r in out.iterrows()  # one row per queue
     }
+
+
+def block_semaphores(packets: pd.DataFrame, blocks: pd.DataFrame | None) -> pd.DataFrame:
+    """``packets`` (``DmaPacket`` rows) with the ``semaphore_id`` of their transfer: the
+    ``DmaPacketAggregated`` row whose ``id`` is the packet's ``packet_aggregation_id`` (the
+    packet table has no semaphore column). Unchanged when either side lacks its key."""
+    sid = column(blocks, "semaphore_id")
+    if sid is None or "id" not in blocks or "semaphore_id" in packets:
+        return packets
+    agg, valid = ints(column(packets, "packet_aggregation_id"), len(packets))
+    ids, known = ints(blocks["id"], len(blocks))
+    if not valid.any() or not known.any():
+        return packets
+    cat = labels(sid, len(sid))
+    by_id = pd.Series(np.asarray(cat.codes)[known], index=ids[known])
+    by_id = by_id[~by_id.index.duplicated(keep="first")]
+    codes = by_id.reindex(agg).fillna(-1).to_numpy(dtype=np.int64)
+    codes[~valid] = -1
+    return packets.assign(semaphore_id=pd.Categorical.from_codes(codes, cat.categories))

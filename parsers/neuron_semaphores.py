@@ -13,8 +13,16 @@ until the instruction started. Where the semaphore's values come from, by what t
   else a collective (CC-core completions do not name their semaphore anywhere else).
 - no ``SemaphoreUpdate`` table: the semaphore counts the increments the profile names (the
   instructions' ``S[k]++`` and the DMA rows' ``semaphore_id``) from 0, in end order; the
-  ``v``-th one is the producer.
+  ``v``-th one is the producer. With ``partial`` updates (a Perfetto device trace shows some
+  semaphores on tracks, not necessarily all), a semaphore the updates never name is counted so.
 - no semaphore named in any operand text: nothing to read, no edge.
+
+A DMA transfer increments its semaphore once, when it completes: on packet rows (``DmaPacket``,
+whose ``semaphore_id`` comes from its ``DmaPacketAggregated`` block) only the last-ending packet
+of each ``packet_aggregation_id`` is a producer. A semaphore is known by its number; the owner
+in parentheses (``S[6] (Vector)``, ``S[6] (qSyncSpillReload0)``; engine names normalised, so
+``Pool`` is ``GpSimd``) tells two apart only when both sides name one (``$S[15]`` matches
+``S[15] (Pool)``).
 
 Edges are recorded, not inferred (the profile states both ends), so they take the canonical kind
 ``dependency`` (a data/semaphore dependency). Semaphores are one set per rank (``pcore_idx``
@@ -34,7 +42,7 @@ import pyarrow.parquet as pq
 
 from tracediag.model import schema as S
 from tracediag.model.errors import TraceInputError
-from tracediag.parsers.neuron_common import column, labels
+from tracediag.parsers.neuron_common import ENGINE_ALIASES, column, ints, labels
 from tracediag.parsers.neuron_events import times
 
 #: A semaphore update and the end of the event that made it are at most this far apart (ns).
@@ -47,9 +55,10 @@ UPDATE_COLUMNS = ("timestamp", "id", "value", "update_source")
 #: ``update_source`` of updates that came over the AXI bus (DMA), never from a CC core.
 AXI = "axi"
 
-_WAIT = re.compile(r"\$?S\[(?P<sem>\d+)\](?:\s*\([^)]*\))?\s*>=\s*(?P<value>\d+)")
-_INCREMENT = re.compile(r"\$?S\[(?P<sem>\d+)\](?:\s*\([^)]*\))?\s*\+\+")
-_ID = re.compile(r"^\s*\$?S?\[?(\d+)\]?")
+_OWNER = r"(?:\s*\((?P<owner>[^)]*)\))?"
+_WAIT = re.compile(r"\$?S\[(?P<sem>\d+)\]" + _OWNER + r"\s*>=\s*(?P<value>\d+)")
+_INCREMENT = re.compile(r"\$?S\[(?P<sem>\d+)\]" + _OWNER + r"\s*\+\+")
+_ID = re.compile(r"^\s*\$?S?\[?(?P<sem>\d+)\]?" + _OWNER)
 
 
 def semaphore_edges(
@@ -58,12 +67,13 @@ def semaphore_edges(
     updates: pd.DataFrame | None,
     meta: S.RankMeta,
     texts: pd.DataFrame | None = None,
+    partial: bool = False,
 ) -> pd.DataFrame:
     """Edges producer -> waiter for the semaphore waits of one rank's ``instruction`` table
     (``tables``/``first``: the part builder's tables and their first event rows; ``updates``:
     the ``SemaphoreUpdate`` table, None when absent; ``texts``: the instructions'
-    :data:`TEXT_COLUMNS` row for row, None: those of the instruction table). See the module
-    docstring."""
+    :data:`TEXT_COLUMNS` row for row, None: those of the instruction table; ``partial``: the
+    updates cover only the semaphores they name). See the module docstring."""
     empty = pd.DataFrame({S.SRC: np.zeros(0, np.int64), S.DST: np.zeros(0, np.int64)})
     instr = tables.get("instruction")
     if instr is None or not len(instr):
@@ -80,6 +90,10 @@ def semaphore_edges(
     if updates is not None and {"timestamp", "id", "value"} <= set(updates.columns):
         values = _table_updates(updates)
         values = _attribute(values, producers, tables, first)
+        if partial:  # semaphores without a track: counted from their named increments
+            counted = _counted_updates(producers)
+            untracked = ~np.isin(counted["sem"].to_numpy(), values["sem"].to_numpy())
+            values = pd.concat([values, counted[untracked]], ignore_index=True)
     else:
         values = _counted_updates(producers)
     waits["start"] = i_ts[waits["row"].to_numpy()]
@@ -143,9 +157,24 @@ def _matches(
         found.append(rows.merge(hits, on="code").drop(columns="code"))
     keys = ["row", "sem", "value"] if with_value else ["row", "sem"]
     if not found:
-        return pd.DataFrame({k: np.zeros(0, np.int64) for k in keys})
-    out = pd.concat(found, ignore_index=True)[keys].astype(np.int64)
-    return out.drop_duplicates().reset_index(drop=True)
+        out = pd.DataFrame({k: np.zeros(0, np.int64) for k in keys})
+        return out.assign(owner=np.zeros(0, dtype=object))
+    out = pd.concat(found, ignore_index=True)
+    owner = _owners(out["owner"])
+    out = out[keys].astype(np.int64).assign(owner=owner).drop_duplicates()
+    # One token named in two columns (``$S[15]`` and ``S[15] (Pool)``): the named one.
+    named = out[out["owner"].to_numpy() != ""][keys].drop_duplicates()
+    also_named = out[keys].merge(named.assign(_n=True), on=keys, how="left")["_n"].notna()
+    keep = (out["owner"].to_numpy() != "") | ~also_named.to_numpy()
+    return out[keep].reset_index(drop=True)
+
+
+def _owners(text: pd.Series) -> np.ndarray:
+    """The owner of each semaphore name, lower-case, engines by their canonical name (``Pool``
+    -> ``gpsimd``); "" where none is named. Worked out once per distinct text."""
+    codes, uniques = pd.factorize(text.fillna("").astype(str).str.strip().str.lower())
+    canon = np.array([ENGINE_ALIASES.get(u, u) for u in uniques] + [""], dtype=object)
+    return canon[codes]  # a loop over distinct owners above, none per row
 
 
 def _named_producers(
@@ -161,6 +190,7 @@ def _named_producers(
         pd.DataFrame(
             {
                 "sem": inc["sem"].to_numpy(),
+                "owner": inc["owner"].to_numpy(),
                 "end": i_end[inc["row"].to_numpy()],
                 "src": instr_first + inc["row"].to_numpy(),
             }
@@ -169,16 +199,17 @@ def _named_producers(
     dma = tables.get("dma")
     sid = column(dma, "semaphore_id") if dma is not None else None
     if sid is not None:
-        sem = _semaphore_numbers(sid)
+        sem, owner = _semaphore_numbers(sid)
         start, dur = times(dma)
         end = start.to_numpy(dtype=np.float64, na_value=np.nan) + dur.to_numpy(
             dtype=np.float64, na_value=np.nan
         )
-        named = sem >= 0
+        named = (sem >= 0) & _last_packet(dma, end)
         frames.append(
             pd.DataFrame(
                 {
                     "sem": sem[named],
+                    "owner": owner[named],
                     "end": end[named],
                     "src": first["dma"] + np.flatnonzero(named),
                 }
@@ -188,20 +219,33 @@ def _named_producers(
     return out[np.isfinite(out["end"].to_numpy())].reset_index(drop=True)
 
 
-def _semaphore_numbers(ids: pd.Series) -> np.ndarray:
-    """``S[15] (Pool)``, ``$S[15]``, ``15`` -> 15; -1 where no number is given."""
+def _last_packet(dma: pd.DataFrame, end: np.ndarray) -> np.ndarray:
+    """Rows that complete their transfer: the last-ending row of each
+    ``packet_aggregation_id`` (every row where the column is absent or empty)."""
+    agg, valid = ints(column(dma, "packet_aggregation_id"), len(dma))
+    if not valid.any():
+        return np.ones(len(dma), dtype=bool)
+    last = pd.Series(end).groupby(np.where(valid, agg, -1 - np.arange(len(dma)))).transform("max")
+    return ~valid | (end >= last.to_numpy())
+
+
+def _semaphore_numbers(ids: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """``S[15] (Pool)``, ``$S[15]``, ``15`` -> 15 (-1 where no number is given) and the owner
+    (``gpsimd``; "" where none is named), per row."""
     cat = labels(ids, len(ids))
-    num = pd.Series(cat.categories.astype(str)).str.extract(_ID)[0]
-    per_cat = pd.to_numeric(num, errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
+    parts = pd.Series(cat.categories.astype(str)).str.extract(_ID)
+    per_cat = pd.to_numeric(parts["sem"], errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
+    owner_cat = np.append(_owners(parts["owner"]), "")
     codes = np.asarray(cat.codes)
-    return np.where(codes >= 0, per_cat[np.maximum(codes, 0)], -1)
+    known = codes >= 0
+    return np.where(known, per_cat[np.maximum(codes, 0)], -1), owner_cat[codes]
 
 
 def _table_updates(updates: pd.DataFrame) -> pd.DataFrame:
     """The ``SemaphoreUpdate`` rows as (sem, ts, value, src=-1: producer not known yet)."""
     ts = pd.to_numeric(updates["timestamp"], errors="coerce").to_numpy(dtype=np.float64)
     value = pd.to_numeric(updates["value"], errors="coerce").to_numpy(dtype=np.float64)
-    sem = _semaphore_numbers(updates["id"])
+    sem, owner = _semaphore_numbers(updates["id"])
     ok = np.isfinite(ts) & np.isfinite(value) & (sem >= 0)
     source = column(updates, "update_source")
     axi = (
@@ -212,6 +256,7 @@ def _table_updates(updates: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "sem": sem[ok],
+            "owner": owner[ok],
             "ts": ts[ok],
             "value": value[ok],
             "src": np.full(ok.sum(), -1),
@@ -221,11 +266,18 @@ def _table_updates(updates: pd.DataFrame) -> pd.DataFrame:
 
 
 def _counted_updates(producers: pd.DataFrame) -> pd.DataFrame:
-    """Without a SemaphoreUpdate table: each named increment adds 1, from 0, in end order."""
+    """Without a SemaphoreUpdate table: each named increment adds 1 to its semaphore (number
+    and owner), from 0, in end order."""
     p = producers.sort_values(["sem", "end"], kind="stable").reset_index(drop=True)
-    value = p.groupby("sem").cumcount().to_numpy() + 1
+    value = p.groupby(["sem", "owner"]).cumcount().to_numpy() + 1  # one count per semaphore
     return pd.DataFrame(
-        {"sem": p["sem"].to_numpy(), "ts": p["end"].to_numpy(), "value": value, "src": p["src"]}
+        {
+            "sem": p["sem"].to_numpy(),
+            "owner": p["owner"].to_numpy(),
+            "ts": p["end"].to_numpy(),
+            "value": value,
+            "src": p["src"],
+        }
     )
 
 
@@ -242,7 +294,7 @@ def _attribute(
     values["ts"] = values["ts"].astype(np.float64)
     order = np.argsort(values["ts"].to_numpy(), kind="stable")
     left = values.iloc[order].reset_index().rename(columns={"index": "u"})
-    named = _nearest(left, producers, by="sem")
+    named = _nearest_owned(left, producers)
     cc = tables.get("cc")
     if cc is not None and len(cc):
         start, dur = times(cc)
@@ -252,25 +304,38 @@ def _attribute(
         ops = pd.DataFrame({"end": end, "src": first["cc"] + np.arange(len(cc))})
         ops = ops[np.isfinite(ops["end"].to_numpy())]
         from_cc = (named < 0) & ~left["axi"].to_numpy(dtype=bool)
-        named = np.where(from_cc, _nearest(left, ops, by=None), named)
+        named = np.where(from_cc, _nearest(left, ops, by=[]), named)
     src = np.full(len(values), -1, dtype=np.int64)
     src[left["u"].to_numpy()] = named
     values["src"] = src
     return values
 
 
-def _nearest(left: pd.DataFrame, right: pd.DataFrame, by: str | None) -> np.ndarray:
-    """Per ``left`` row (sorted by ts): the ``src`` of the ``right`` row whose end is nearest
-    its ts within the tolerance, -1 where none."""
-    if not len(right):
+def _nearest_owned(left: pd.DataFrame, right: pd.DataFrame) -> np.ndarray:
+    """:func:`_nearest` by semaphore among the producers whose owner agrees with the update's:
+    the same owner first, then (either side unnamed) any owner."""
+    out = _nearest(left, right, by=["sem", "owner"])
+    l_named, r_named = left["owner"].to_numpy() != "", right["owner"].to_numpy() != ""
+    for mine, theirs in ((l_named, ~r_named), (~l_named, np.ones(len(right), dtype=bool))):
+        todo = (out < 0) & mine
+        if todo.any():
+            out[todo] = _nearest(left[todo], right[theirs], by=["sem"])
+    return out
+
+
+def _nearest(left: pd.DataFrame, right: pd.DataFrame, by: list[str]) -> np.ndarray:
+    """Per ``left`` row (sorted by ts): the ``src`` of the ``right`` row (same ``by`` values)
+    whose end is nearest its ts within the tolerance, -1 where none."""
+    if not len(right) or not len(left):
         return np.full(len(left), -1, dtype=np.int64)
-    right = right.sort_values("end", kind="stable")[["end", "src"] + ([by] if by else [])]
+    right = right.sort_values("end", kind="stable")[["end", "src", *by]]
+    same = {"owner": "str"} if "owner" in by else {}  # one text dtype on both sides
     hit = pd.merge_asof(
-        left[["ts"] + ([by] if by else [])],
-        right.astype({"end": np.float64}),
+        left[["ts", *by]].astype(same),
+        right.astype({"end": np.float64, **same}),
         left_on="ts",
         right_on="end",
-        by=by,
+        by=by or None,
         direction="nearest",
         tolerance=float(TOLERANCE_NS),
     )
@@ -280,17 +345,21 @@ def _nearest(left: pd.DataFrame, right: pd.DataFrame, by: str | None) -> np.ndar
 def _binding_source(waits: pd.DataFrame, values: pd.DataFrame) -> np.ndarray:
     """Per wait (sem, value, start): the producer of the last update at or before the start
     that took the semaphore from below the wanted value to it or above,
-    provided the value still held at the start; -1 where none. One pass per distinct
-    (semaphore, wanted value) pair, vectorised over that pair's waits."""
+    provided the value still held at the start; -1 where none. A wait naming an owner reads
+    only the updates of that owner or of none. One pass per distinct (semaphore, owner, wanted
+    value), vectorised over its waits."""
     out = np.full(len(waits), -1, dtype=np.int64)
     if not len(values):
         return out
     values = values.sort_values(["sem", "ts"], kind="stable")
     by_sem = {int(k): g for k, g in values.groupby("sem", sort=False)}
     starts = waits["start"].to_numpy()
-    for (sem, want), idx in waits.groupby(["sem", "value"], sort=False).indices.items():
+    groups = waits.groupby(["sem", "owner", "value"], sort=False).indices
+    for (sem, owner, want), idx in groups.items():  # a loop over distinct waits, not rows
         g = by_sem.get(int(sem))
-        if g is None:
+        if g is not None and owner:
+            g = g[np.isin(g["owner"].to_numpy(), (owner, ""))]
+        if g is None or not len(g):
             continue
         ts, val, src = g["ts"].to_numpy(), g["value"].to_numpy(), g["src"].to_numpy()
         sat = val >= want

@@ -32,6 +32,7 @@ from tracediag.model.errors import TraceInputError
 from tracediag.parsers import perfetto_collectives as C
 from tracediag.parsers import perfetto_events as E
 from tracediag.parsers import perfetto_own as own
+from tracediag.parsers import perfetto_semaphores as semaphores
 from tracediag.parsers.neuron_common import rank_from_name
 from tracediag.parsers.neuron_part import Piece, finish_part
 from tracediag.parsers.neuron_system_work import execution_work
@@ -51,7 +52,7 @@ from tracediag.parsers.perfetto_tracks import CATEGORY_PREFIXES, classify
 def read(path: Path) -> list[RankPart]:
     """The file's ranks as canonical parts (see the module docstring)."""
     path = Path(path)
-    d = decode(path, E.WANTED | C.WANTED | SYSTEM_WANTED | own.WANTED)
+    d = decode(path, E.WANTED | C.WANTED | SYSTEM_WANTED | own.WANTED | semaphores.WANTED)
     counts = dict(d.counts)
     from_name = rank_from_name(path.name)
     default_rank = from_name if from_name is not None else 0
@@ -94,10 +95,17 @@ def read(path: Path) -> list[RankPart]:
         own.event_fields(events, ann)
     collectives = C.collective_table(ann, events)  # of the kinds our export's categories restore
     flows = own.without_path_flows(d) if tracks.ours else d
+    # Semaphore waits (perfetto_semaphores): device traces only; our export has its edges.
+    waited, waits = (
+        semaphores.semaphore_edges(d, ts, ann, events, rank, per_event)
+        if tracks.neuron == "device" and not tracks.ours
+        else (None, {})
+    )
     edges = pd.concat(
         [
             E.flow_edges(flows, ts, owner, counts).assign(**{S.EDGE_KIND: "flow"}),
             _dependency_kinds(E.dependency_edges(ann, fields[S.SRC_ID], counts), events),
+            waited,
             *([own.dependencies(ann, fields[S.SRC_ID], counts)] if tracks.ours else []),
         ],
         ignore_index=True,
@@ -111,9 +119,13 @@ def read(path: Path) -> list[RankPart]:
         sync = {f: E.exact_ints(ann, f, len(sl)) for f in (CPU_FIELD, NC_FIELD)}
         hardware_to_host_clock(events, rank, sync, info)
     own_meta = own.rank_entries(d) if tracks.ours else {}
-    return _parts(
+    parts = _parts(
         path, events, edges, collectives, rank, counts, tracks.neuron, from_name, info, own_meta
     )
+    for part in parts:  # per rank, as the Parquet reader counts them
+        if part.meta.rank in waits:
+            part.meta.info["semaphore_waits"] = waits[part.meta.rank]
+    return parts
 
 
 def _events(d, sl: pd.DataFrame, fields: dict, table: pd.DataFrame, owner) -> pd.DataFrame:

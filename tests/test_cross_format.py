@@ -89,11 +89,12 @@ def test_perfetto_device_traces_carry_what_the_legacy_json_carries(jobs):
     sums = [t.events.groupby("kind")[["bytes", "flops", "wait_ns"]].sum() for t in (legacy, traced)]
     pd.testing.assert_frame_equal(sums[0], sums[1])
     edges = [t.edges["kind"].astype(str).value_counts().to_dict() for t in (legacy, traced)]
-    # The legacy JSON's operand text names semaphore waits ($S[15]>=1 on each collective
-    # trigger), read as dependency edges; the Perfetto device reader does not read them (yet).
+    # The operand text names semaphore waits ($S[15]>=1 on each collective trigger), read as
+    # dependency edges from both (parsers/neuron_semaphores.py, perfetto_semaphores.py).
     semaphore = sum(legacy.meta[r].info["semaphore_waits"]["edges"] for r in legacy.ranks)
     assert semaphore == 4 * 3  # per rank: triggers 2-4 wait for the first one's increment
-    edges[0]["dependency"] -= semaphore
+    assert all(traced.meta[r].info["semaphore_waits"] == legacy.meta[r].info["semaphore_waits"]
+               for r in legacy.ranks)  # fmt: skip
     assert edges[0] == edges[1] and edges[1]["dma_trigger"] == 4 * 14
     cols = ["match_key", "op", "group", "seq", "bytes", "arrival_ns", "start_ns", "end_ns"]
     pd.testing.assert_frame_equal(legacy.collectives[cols], traced.collectives[cols])
