@@ -88,10 +88,12 @@ class HostBoundGaps(Rule):
         nodes, typical, busy = nodes[stalled], typical[stalled], busy[stalled]
         on_path = on_path[stalled]
         idle_lo = g.start[nodes] - g.gap[nodes] + busy  # where each stall's idle tail begins
-        # A thread silent while another thread of its rank launches device work is waiting
-        # for that thread (the main thread in backward() while the autograd thread launches
-        # the backward's kernels), not a host that stopped feeding the device.
-        quiet = _launches_within(ctx, g.rank[nodes], idle_lo, g.start[nodes]) == 0
+        # A thread silent while another thread of its rank launches device work through most
+        # of the silence waits for that thread (the main thread in backward() while the
+        # autograd thread launches the backward's kernels): no host stopped feeding the device.
+        # (One copy launched by another thread in the middle of a stall leaves it a stall.)
+        fed = _launch_span_within(ctx, g.rank[nodes], idle_lo, g.start[nodes])
+        quiet = fed < _FED_SHARE * (g.start[nodes] - idle_lo)
         nodes, typical, busy = nodes[quiet], typical[quiet], busy[quiet]
         on_path, idle_lo = on_path[quiet], idle_lo[quiet]
         # What the device still runs in each stall (work queued before it), for the words.
@@ -390,22 +392,38 @@ def _device_busy_until(ctx, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray) ->
     return out
 
 
-def _launches_within(ctx, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Per window ``(lo, hi)`` of a rank: how many calls of the rank that launch device work
-    (a recorded ``launch`` edge's source, on any of its threads) start strictly inside."""
+#: A stall through which the rank's other threads launch device work for at least this share
+#: of it (first to last launch) is a wait for those threads, not a host stall.
+_FED_SHARE = 0.5
+
+
+def _launches_within(ctx, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple:
+    """Per window ``(lo, hi)`` of a rank, the calls of the rank that launch device work (a
+    recorded ``launch`` edge's source, on any of its threads) starting strictly inside: how
+    many, and the start of the first and of the last (``lo`` where none)."""
     import numpy as np
 
     ev, ed = ctx.trace.events, ctx.trace.edges
     src = np.unique(ed[S.SRC].to_numpy()[(ed[S.EDGE_KIND] == "launch").to_numpy()])
     src_rank, src_ts = ev[S.RANK].to_numpy()[src], ev[S.TS].to_numpy()[src]
-    out = np.zeros(len(lo), dtype=np.int64)
+    count = np.zeros(len(lo), dtype=np.int64)
+    first, last = lo.astype(np.int64, copy=True), lo.astype(np.int64, copy=True)
     for r in np.unique(rank):  # per rank (a few), each one vectorised search
-        mine = rank == r
+        mine = np.flatnonzero(rank == r)
         ts = np.sort(src_ts[src_rank == r])
-        out[mine] = np.searchsorted(ts, hi[mine], side="left") - np.searchsorted(
-            ts, lo[mine], side="right"
-        )
-    return np.maximum(out, 0)
+        a = np.searchsorted(ts, lo[mine], side="right")
+        b = np.searchsorted(ts, hi[mine], side="left")
+        some = b > a
+        count[mine] = np.maximum(b - a, 0)
+        first[mine[some]], last[mine[some]] = ts[a[some]], ts[b[some] - 1]
+    return count, first, last
+
+
+def _launch_span_within(ctx, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per window of a rank: the ns from the first to the last launch inside it (0 for fewer
+    than two): how long the rank's threads go on feeding the device through it."""
+    _, first, last = _launches_within(ctx, rank, lo, hi)
+    return last - first
 
 
 def _device_busy_within(ctx, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

@@ -178,7 +178,7 @@ def _gap_by_cause(ctx, gaps: pd.DataFrame) -> pd.DataFrame:
     g = ctx.graph
     code = np.where(nodes >= 0, g.bind_code[safe], -1)
     n_pred = g.pred_ptr[safe + 1] - g.pred_ptr[safe]
-    names = ctx.trace.tracks[S.TRACK_NAME].astype(str).to_numpy()
+    names = np.asarray(ctx.track_labels, dtype=object)  # as every view names the track
     track = gaps["track"].to_numpy()
     frame = pd.DataFrame(
         {

@@ -17,7 +17,14 @@ from tracediag.analysis import hardware as hw
 from tracediag.analysis.arrival_skew import lateness
 from tracediag.analysis.dma import dma_frame
 from tracediag.analysis.parallel_layout import Layout, infer_layout
-from tracediag.analysis.peers import event_ordinals, excess_over_peers, peer_gap_medians
+from tracediag.analysis.peers import (
+    event_ordinals,
+    excess_over_peers,
+    peer_gap_medians,
+    peer_track_names,
+    rank_track_label,
+    track_labels,
+)
 from tracediag.analysis.step_windows import widen_host_window
 from tracediag.analysis.steps import JobSteps, job_steps, per_rank_typical, rank_steps
 from tracediag.analysis.temporal_breakdown import temporal_breakdown
@@ -58,7 +65,17 @@ class Analysis:
         """The path's segments with their event's fields (name, kind, layer, op, bytes, wait,
         track name). Built on first use: its text columns cost a string per segment, so rules
         that read only the path's own columns read ``path.segments``."""
-        return _segments_with_events(self.path.segments, self.trace)
+        return _segments_with_events(self.path.segments, self.trace, self.track_labels)
+
+    @cached_property
+    def track_labels(self) -> np.ndarray:
+        """Per track, the name every view shows (``peers.track_labels``)."""
+        return track_labels(self.trace, self.peer_track_names)
+
+    @cached_property
+    def peer_track_names(self) -> np.ndarray:
+        """Per track, its name on every rank (``peers.peer_track_names``), built once."""
+        return peer_track_names(self.trace)
 
     @cached_property
     def job_steps(self) -> JobSteps:
@@ -188,6 +205,17 @@ class Analysis:
         """A Finding of ``rule`` with ``impact_pct`` filled from ``impact_ns``; ``change`` is the
         what-if its ``saving_ns`` was replayed with, kept for :meth:`joint_saving`."""
         impact = int(fields.pop("impact_ns", 0))
+        ranks = fields.get("ranks", ())
+        if fields.get("track") and len(ranks) == 1:
+            # A rule may name the track by its peer name (the same on every rank, which is how
+            # it compared ranks); the finding names the rank's own track, as every view does.
+            fields["track"] = rank_track_label(
+                self.trace,
+                int(ranks[0]),
+                str(fields["track"]),
+                self.track_labels,
+                self.peer_track_names,
+            )
         f = Finding(
             code=rule.code,
             severity=severity if severity is not None else rule.severity,
@@ -201,7 +229,8 @@ class Analysis:
         return f
 
     def track_name(self, track: int) -> str:
-        return str(self.trace.tracks[S.TRACK_NAME].iat[int(track)]) if track >= 0 else ""
+        """The track's name as every view shows it (``track_labels``); "" for no track."""
+        return str(self.track_labels[int(track)]) if track >= 0 else ""
 
 
 def change_key(f: Finding) -> tuple:
@@ -228,7 +257,7 @@ def _body_node_table(graph: Graph, n_events: int) -> np.ndarray:
     return table
 
 
-def _segments_with_events(seg: pd.DataFrame, trace: S.Trace) -> pd.DataFrame:
+def _segments_with_events(seg: pd.DataFrame, trace: S.Trace, labels: np.ndarray) -> pd.DataFrame:
     ev = trace.events
     has = seg["event"].to_numpy() >= 0
     idx = np.maximum(seg["event"].to_numpy(), 0)
@@ -239,7 +268,7 @@ def _segments_with_events(seg: pd.DataFrame, trace: S.Trace) -> pd.DataFrame:
     for col in (S.BYTES, S.WAIT):
         if col in ev:
             out[col] = np.where(has, ev[col].to_numpy()[idx], np.nan)
-    names = trace.tracks[S.TRACK_NAME].astype(str).to_numpy()
+    names = np.asarray(labels, dtype=object)
     tr = seg["track"].to_numpy()
     if len(seg):
         out["track_name"] = texts_by_code([*names, ""], np.where(tr >= 0, tr, len(names)))

@@ -44,6 +44,49 @@ def peer_track_names(trace: S.Trace, tracks: np.ndarray | None = None) -> np.nda
     return names
 
 
+def track_labels(trace: S.Trace, peers: np.ndarray | None = None) -> np.ndarray:
+    """Per track, the name every view shows (text, Markdown, HTML, JSON, TUI): its own name,
+    and for a CPU thread of a multi-rank trace whose rank runs several threads also its peer
+    number, which matches it with the same thread on the other ranks (their ids differ):
+    ``cpu 1234/5678 (thread #3)``.
+
+    GPU streams and Neuron engines keep their own name, which holds the peer name already
+    (``gpu3/stream 7``). ``peers``: the trace's :func:`peer_track_names`, when at hand.
+    """
+    tr = trace.tracks
+    names = tr[S.TRACK_NAME].astype(str).to_numpy(dtype=object)
+    cpu = (tr[S.TRACK_KIND].astype(str) == "cpu_thread").to_numpy()
+    rank = tr[S.RANK].to_numpy()
+    # One rank has no peers, and a rank's only thread needs no number to be told apart.
+    threads = pd.Series(cpu).groupby(rank).transform("sum").to_numpy()
+    numbered = cpu & (threads > 1)
+    if not numbered.any() or len(pd.unique(rank)) < 2:
+        return names
+    if peers is None:
+        peers = peer_track_names(trace)
+    number = pd.Series(peers[numbered], dtype=object).str.replace("cpu thread ", "", regex=False)
+    names[numbered] = (
+        pd.Series(names[numbered], dtype=object) + " (thread " + number + ")"
+    ).to_numpy()
+    return names
+
+
+def rank_track_label(
+    trace: S.Trace, rank: int, name: str, labels: np.ndarray, peers: np.ndarray
+) -> str:
+    """The label (:func:`track_labels`) of ``rank``'s own track that ``name`` names, by its
+    own name or its peer name (``stream 7``, ``cpu thread #3``: the same on every rank, in
+    ``peers``); ``name`` itself when no single track of the rank has it (a DMA queue of several
+    rings, a name that already is a label)."""
+    tr = trace.tracks
+    mine = tr[S.RANK].to_numpy() == rank
+    own = tr[S.TRACK_NAME].astype(str).to_numpy() == name
+    hit = np.flatnonzero(mine & own)
+    if len(hit) != 1:
+        hit = np.flatnonzero(mine & (peers == name))
+    return str(labels[hit[0]]) if len(hit) == 1 else name
+
+
 def track_name_codes(names: np.ndarray) -> np.ndarray:
     """Per track, an int64 code equal for equal peer track names (index it by event's track
     rather than factorizing a string per event)."""

@@ -178,6 +178,7 @@ def _window(diagnosis) -> WindowView | None:
     busy[path_tracks] += busy.sum() + 1
     lanes_tracks = [int(t) for t in np.argsort(-busy, kind="stable")[:MAX_LANES] if busy[t] > 0]
     tracks = trace.tracks
+    track_labels = diagnosis.analysis.track_labels  # the names every view shows
     names = ev[S.NAME].iloc[rows].to_numpy()  # the window's rows only
     lanes = []
     for t in sorted(lanes_tracks, key=lambda t: (int(tracks.at[t, S.RANK]), t)):
@@ -194,7 +195,7 @@ def _window(diagnosis) -> WindowView | None:
         engine = str(tracks.at[t, S.ENGINE])
         lanes.append(
             Lane(
-                f"rank {int(tracks.at[t, S.RANK])} {tracks.at[t, S.TRACK_NAME]}",
+                f"rank {int(tracks.at[t, S.RANK])} {track_labels[t]}",
                 ENGINE_COLORS.get(engine, CATEGORY_COLORS["compute"]),
                 bars,
                 path_bars,

@@ -248,11 +248,16 @@ def skew_grid(grid, fmt, width: int = 860) -> str:
     )  # fmt: skip
 
 
+#: Characters of a worst-window lane label drawn before it is cut with an ellipsis.
+LANE_LABEL = 38
+
+
 def window_lanes(view, caption: str, width: int = 860) -> str:
     """The events of a time window, one lane per track, merged to pixel resolution, with the
     critical path's events underlined in black and the finding's own window shaded;
     ``caption`` says what the axis's times count from."""
-    left, lane_h, top = 210, 20, 6
+    # The label column fits "rank 12 cpu 123456/123457 (thread #10)" (peers.track_labels).
+    left, lane_h, top = 250, 20, 6
     plot = width - left - 10
     scale = plot / 640  # the view's pixel grid is html_views.PLOT_PX wide
     span = max(view.end_ns - view.start_ns, 1)
@@ -268,7 +273,8 @@ def window_lanes(view, caption: str, width: int = 860) -> str:
     ]
     for i, lane in enumerate(view.lanes):
         y = top + i * lane_h
-        body.append(_text(left - 8, y + 14, lane.label[:32], 11, "end"))
+        label = lane.label if len(lane.label) <= LANE_LABEL else lane.label[: LANE_LABEL - 1] + "…"
+        body.append(_text(left - 8, y + 14, label, 11, "end"))
         for (a, b), name in zip(lane.bars, lane.names, strict=True):
             body.append(
                 f'<rect x="{left + a * scale:.1f}" y="{y + 2}" width="{max((b - a) * scale, 1):.1f}" '

@@ -198,7 +198,12 @@ def _findings(report: dict, style: _Style, width: int) -> list[str]:
         title = _clip(f["title"], width - len(head) - 8)
         lines.append(f"{head}{style.severity(f['severity'], 8)}{style.heading(title)}")
         where = [ranks_label(f["ranks"])] if f["ranks"] else []
-        where += [f"{k} {f[k]}" for k in ("engine", "layer", "op") if f[k]]
+        # the track where it says more than the engine (a queue, a stream, a thread)
+        where += [
+            f"{k} {f[k]}"
+            for k in ("engine", "track", "layer", "op")
+            if f[k] and not (k == "track" and f[k] == f["engine"])
+        ]
         span = window(f, path_start)
         if span:
             where.append(f"window {span}")

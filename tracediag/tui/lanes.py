@@ -8,8 +8,9 @@ Per track, vectorised over the tracks table (never per event):
   engines in the order they first appear in the trace, then the main CPU thread (pid = tid)
   before the others, the busiest thread first, then names with their numbers compared as
   numbers (``stream 7`` before ``stream 24``).
-* label: ``r3 stream 7`` (the GPU prefix repeats the rank), ``r3 cpu 12101`` (the pid repeats
-  the rank); the widget fits its column to the longest label the screen allows.
+* label: the track's name as every view shows it (``peers.track_labels``) after the rank, less
+  what repeats the rank: ``r3 stream 7`` (the GPU prefix), ``r3 cpu 12101 (thread #2)`` (the
+  pid); the widget fits its column to the longest label the screen allows.
 """
 
 from __future__ import annotations
@@ -36,14 +37,16 @@ def _natural(names: pd.Series) -> pd.Series:
     return names.str.replace(r"\d+", lambda m: m.group(0).zfill(12), regex=True)
 
 
-def lane_layout(trace: S.Trace) -> LaneLayout:
-    """The lanes of ``trace``'s tracks (see the module docstring)."""
+def lane_layout(trace: S.Trace, names: np.ndarray | None = None) -> LaneLayout:
+    """The lanes of ``trace``'s tracks (see the module docstring); ``names``: the tracks'
+    labels (``Analysis.track_labels``), their own names when not given."""
     tr = trace.tracks
     n = len(tr)
     ev = trace.events
     work = (ev[S.KIND] != "marker").to_numpy(dtype=bool)
     n_work = np.bincount(ev[S.TRACK].to_numpy()[work].astype(np.int64), minlength=n)[:n]
-    names = tr[S.TRACK_NAME].astype(str)
+    own = tr[S.TRACK_NAME] if names is None else names
+    names = pd.Series(np.asarray(own, dtype=object)).astype(str)
     cpu = (tr[S.TRACK_KIND].astype(str) == "cpu_thread").to_numpy()
     ids = names.str.extract(r"^cpu (\d+)/(\d+)")
     main = cpu & ids[0].notna().to_numpy() & (ids[0] == ids[1]).to_numpy()

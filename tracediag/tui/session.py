@@ -54,12 +54,13 @@ class Session:
 
     @cached_property
     def track_names(self) -> np.ndarray:
-        return self.trace.tracks["name"].astype(str).to_numpy()
+        """Per track, its name as every view shows it (``peers.track_labels``)."""
+        return self.diagnosis.analysis.track_labels
 
     @cached_property
     def lanes(self) -> LaneLayout:
         """Which tracks get a timeline lane, their order (the same on every rank), labels."""
-        return lane_layout(self.trace)
+        return lane_layout(self.trace, self.track_names)
 
     @cached_property
     def event_names(self) -> pd.Series:

@@ -72,7 +72,8 @@ class Selection:
 
     ``rank``: rank numbers; ``engine``: normalised engines (tensor, vector, scalar, gpsimd,
     sync, dma, cc, gpu, cpu); ``queue``: DMA queue names (qSyncIO0); ``track``: track names,
-    as on every rank (tensor, qSyncIO0, stream 7, cpu thread #0); ``layer``: model layers (a DMA
+    as on every rank (tensor, qSyncIO0, stream 7, cpu thread #0), or one rank's track as the
+    reports name it (gpu1/stream 7, cpu 1234/5678 (thread #3)); ``layer``: model layers (a DMA
     without its own layer counts for the layer it feeds); ``kind``: compute, dma, collective,
     sync, host; ``op``: operators (HLO instruction, kernel). Markers are never selected.
     """
@@ -239,8 +240,11 @@ def select_events(ctx: Analysis, sel: Selection) -> np.ndarray:
         on_track &= is_queue & (np.isin(queues, sel.queue) | np.isin(names, sel.queue))
     if sel.track is not None:
         peers = peer_track_names(trace).astype(str)
-        _check_known("track", sel.track, np.union1d(peers, names), shown=peers)
-        on_track &= np.isin(peers, sel.track) | np.isin(names, sel.track)
+        labels = np.asarray(ctx.track_labels, dtype=str)  # as the reports name a track
+        _check_known("track", sel.track, np.union1d(np.union1d(peers, names), labels), shown=peers)
+        on_track &= (
+            np.isin(peers, sel.track) | np.isin(names, sel.track) | np.isin(labels, sel.track)
+        )
     if len(tr):
         mask &= on_track[ev[S.TRACK].to_numpy()]
     if sel.kind is not None:
