@@ -27,6 +27,7 @@ from tracediag.parsers.neuron_common import (
     labels,
     numbered,
 )
+from tracediag.parsers.neuron_dma_lanes import serial_lanes
 from tracediag.parsers.neuron_events import event_frame, times
 
 
@@ -42,6 +43,7 @@ def dma_events(df: pd.DataFrame, device: str) -> pd.DataFrame:
     named = labels(column(df, "queue_name"), n)
     queue = _per_pcore(fill_missing(named, by_engine), df)
     label = _ring_labels(queue, engine_idx, evalid & ~named.isna())
+    label = _lane_labels(label, df, ~evalid)
     variable = labels(column(df, "variable"), n)
     if "unknown" in variable.categories:  # no DGE notification: no tensor name
         variable = variable.remove_categories(["unknown"])
@@ -92,6 +94,34 @@ def _ring_labels(queue: pd.Categorical, ring: np.ndarray, has_ring: np.ndarray) 
         for u in uniq
     ]
     return pd.Categorical.from_codes(codes, pd.Index(names, dtype="str"))
+
+
+def _lane_labels(label: pd.Categorical, df: pd.DataFrame, ringless: np.ndarray) -> pd.Categorical:
+    """``label`` with the rows that name no ring spread over serial lanes where their queue's
+    transfers overlap (``<queue>/ring<k>``, :mod:`neuron_dma_lanes`); unchanged otherwise."""
+    if not ringless.any():
+        return label
+    start, dur = times(df)
+    s = start.to_numpy(dtype=np.float64, na_value=np.nan)
+    e = s + dur.to_numpy(dtype=np.float64, na_value=np.nan)
+    lane = serial_lanes(np.where(ringless, label.codes, -1).astype(np.int64), s, e)
+    if lane.max(initial=0) < 1:
+        return label
+    code = label.codes.astype(np.int64)
+    several = np.zeros(len(label.categories), dtype=bool)
+    np.logical_or.at(several, code[lane > 0], True)
+    split = (lane >= 0) & several[np.maximum(code, 0)] & (code >= 0)
+    pair = np.where(split, code << 32 | lane, -1 - code)
+    codes, uniq = pd.factorize(pair)
+    cats = label.categories
+    names = [
+        ring_track_name(str(cats[u >> 32]), int(u & 0xFFFFFFFF)) if u >= 0 else str(cats[-1 - u])
+        for u in uniq  # one per distinct (queue, lane)
+    ]
+    missing = code < 0
+    if missing.any():  # keep a missing label missing
+        codes = np.where(missing, -1, codes)
+    return pd.Categorical.from_codes(codes, pd.Index(names, dtype="str")).remove_unused_categories()
 
 
 def engine_order_edges(dma: pd.DataFrame, events: pd.DataFrame, first_row: int) -> pd.DataFrame:

@@ -5,7 +5,11 @@ capture). Explorer Parquet lists them in ``ExecutionInfo``; legacy JSON has no s
 each execution runs the program again from its start, so every engine's program counter (the
 instruction ``pc``) starts over: :func:`pc_executions` splits a legacy profile where the whole
 core idles and the engines that run on both sides restart their ``pc`` (none carries on), and
-checks the count against ``profile_info.num_executions`` when the file has it.
+checks the count against ``profile_info.num_executions`` when the file has it. Where the ``pc``
+says nothing of it (absent, or numbering the profile's instructions across executions), the
+program starting over shows as each engine's first instruction after an idle core being the one
+it began the profile with (same opcode, operands and HLO name): a later part of one execution
+(the next layer after a wait on a DMA or a collective) begins with another instruction.
 
 The runtime starts an execution after the previous one has completed (the host gap between
 them). Nothing in the profile records that: without an edge, the next execution's first
@@ -13,7 +17,7 @@ instructions hang on whatever ran last on their engine in the previous execution
 before its end (an engine idle while the others wait at the final collective), with a gap no
 what-if moves, so a faster execution would not start the next one earlier.
 :func:`execution_edges` adds a ``dependency`` edge from the last-ending event of each execution
-to the first instruction of every engine in the next one.
+to the first instruction of every engine in the next one, and to every DMA transfer of it.
 """
 
 from __future__ import annotations
@@ -43,12 +47,69 @@ def _engine_codes(instr: pd.DataFrame) -> np.ndarray:
     return engine.astype(np.int64) * 1024 + pcore
 
 
-def pc_executions(instr: pd.DataFrame | None, meta: S.RankMeta) -> Spans | None:
-    """The executions of a legacy profile from its program counters (see the module); None for
-    one execution, or when ``pc`` is absent. Records ``meta.info["executions"]``."""
-    if instr is None or "pc" not in instr or "engine" not in instr or len(instr) < 2:
+#: The instruction's text that names it in the program: equal text, the same instruction.
+TEXT_KEYS = ("opcode", "operands", "hlo_name")
+
+
+#: How many instructions in a row must be those an engine began the profile with (fewer at the
+#: engine's end): one alone may be a generic one that starts many parts of an execution.
+RUN_AGAIN = 3
+
+
+def _repeats_first(instr: pd.DataFrame) -> np.ndarray | None:
+    """Per instruction: whether it and the next :data:`RUN_AGAIN` - 1 of its engine have the
+    text (:data:`TEXT_KEYS`: opcode with operands or HLO name) of the engine's first ones in
+    time (where either run is cut short by the engine's end, the part both have); None without
+    such text."""
+    cols = [c for c in TEXT_KEYS if c in instr]
+    if "opcode" not in cols or len(cols) < 2:
         return None
-    pc, pvalid = ints(instr["pc"].astype("Int64"), len(instr))
+    engine = _engine_codes(instr)
+    codes = [pd.factorize(instr[c], use_na_sentinel=False)[0] for c in cols]
+    text = pd.factorize(pd.MultiIndex.from_arrays([*codes, engine]))[0].astype(np.int64)
+    s, _ = _start_end(instr)
+    o = np.lexsort((np.arange(len(s)), s, engine))  # each engine's instructions in time order
+    eng, t = engine[o], text[o]
+    head = np.r_[True, eng[1:] != eng[:-1]]
+    first_row = np.flatnonzero(head)[np.cumsum(head) - 1]  # each row's engine's first row
+    match = np.ones(len(s), dtype=bool)
+    for k in range(RUN_AGAIN):  # the k-th next instruction's text on the same engine (-1: none)
+        on = np.r_[eng[k:] == eng[: len(eng) - k], np.zeros(k, bool)]
+        nxt = np.where(on, np.r_[t[k:], np.full(k, -1)], -1)
+        match &= (nxt == nxt[first_row]) | (nxt < 0) | (nxt[first_row] < 0)
+    out = np.zeros(len(s), dtype=bool)
+    out[o] = match
+    return out
+
+
+def _text_restarts(again, same, first_of_cluster, eng, cl, n_clusters) -> np.ndarray:
+    """Per instruction (engine-then-time order): an engine's program starting over by its text
+    (:func:`_repeats_first`), where that is evidence. An engine whose first run of instructions
+    also comes round inside a cluster (a generic activation) tells nothing and is left out; a
+    cluster restarts when every other engine that resumes in it after an idle core resumes with
+    its first run, and at least one does."""
+    noisy = np.zeros(int(eng.max(initial=0)) + 1, dtype=bool)
+    np.logical_or.at(noisy, eng, again & same & ~first_of_cluster)
+    evidence = first_of_cluster & ~noisy[eng]
+    asked = np.bincount(cl[evidence], minlength=n_clusters)
+    said = np.bincount(cl[evidence & again], minlength=n_clusters)
+    return evidence & again & ((asked > 0) & (said == asked))[cl]
+
+
+def pc_executions(instr: pd.DataFrame | None, meta: S.RankMeta) -> Spans | None:
+    """The executions of a legacy profile from its program counters (see the module), or where
+    ``pc`` gives none (absent, or counting on across executions), from the engines' first
+    instructions coming round again; None for one execution. Records
+    ``meta.info["executions"]``."""
+    if instr is None or "engine" not in instr or len(instr) < 2:
+        return None
+    again = _repeats_first(instr)
+    if "pc" not in instr and again is None:
+        return None
+    if "pc" in instr:
+        pc, pvalid = ints(instr["pc"].astype("Int64"), len(instr))
+    else:
+        pc, pvalid = np.zeros(len(instr), dtype=np.int64), np.ones(len(instr), dtype=bool)
     s, e = _start_end(instr)
     ok = np.flatnonzero(pvalid & np.isfinite(s) & np.isfinite(e))
     if len(ok) < 2:
@@ -65,7 +126,14 @@ def pc_executions(instr: pd.DataFrame | None, meta: S.RankMeta) -> Spans | None:
     cl = cluster[by_engine]
     # An engine's first instruction of a cluster with a lower pc than its last one before
     # restarts that engine's program: its count of restarts is the execution it runs.
-    restart = same & (cl != prev_cluster) & (pc[order][by_engine] < prev_pc)
+    resumes = same & (cl != prev_cluster)
+    back = pc[order][by_engine] < prev_pc
+    if again is not None:  # the program starts over where a profile's pc counts on across it
+        n_clusters = int(cluster.max()) + 1
+        back |= _text_restarts(
+            again[order][by_engine], same, resumes, eng[by_engine], cl, n_clusters
+        )
+    restart = resumes & back
     runs = np.zeros(len(order), dtype=np.int64)
     runs[by_engine] = np.cumsum(restart) - np.maximum.accumulate(
         np.where(~same, np.cumsum(restart), 0)
@@ -95,7 +163,11 @@ def pc_executions(instr: pd.DataFrame | None, meta: S.RankMeta) -> Spans | None:
         {"index": k, "neff": None, "kind": "model", "start_ns": int(a), "end_ns": int(b)}
         for k, (a, b) in enumerate(zip(starts, ends, strict=True))  # a handful
     ]
-    meta.info["executions_source"] = "instruction pc restarts"
+    meta.info["executions_source"] = (
+        "instruction pc restarts"
+        if again is None
+        else "instruction pc restarts or the engines' first instructions again"
+    )
     return starts, ends, np.arange(n_exec, dtype=np.float64)
 
 
@@ -145,15 +217,20 @@ def execution_edges(
         .drop_duplicates(["k", "eng"])
     )
     heads = heads[heads["k"].to_numpy() > 0]
-    src = last_row[heads["k"].to_numpy() - 1]
+    k_of, dst = heads["k"].to_numpy(), first_row + heads["row"].to_numpy(dtype=np.int64)
+    if tables.get("dma") is not None:
+        # Every transfer of a later execution too: a queue's transfers need not follow one
+        # another (rings, lanes), and one without a known trigger would hang on the previous
+        # execution's transfer on its track, the host gap unexplained.
+        frame, first_dma = tables["dma"]
+        s, _ = _start_end(frame)
+        ok = np.flatnonzero(np.isfinite(s) & (s >= starts[0]))
+        k = np.searchsorted(starts, s[ok], side="right") - 1
+        later = k > 0
+        k_of, dst = np.r_[k_of, k[later]], np.r_[dst, first_dma + ok[later]]
+    src = last_row[k_of - 1]
     has = src >= 0
-    return pd.DataFrame(
-        {
-            S.SRC: src[has],
-            S.DST: first_row + heads["row"].to_numpy(dtype=np.int64)[has],
-            S.EDGE_KIND: "dependency",
-        }
-    )
+    return pd.DataFrame({S.SRC: src[has], S.DST: dst[has], S.EDGE_KIND: "dependency"})
 
 
 def execution_of(frame: pd.DataFrame, spans: Spans | None) -> pd.arrays.IntegerArray:

@@ -1,7 +1,8 @@
 """Reader of legacy Neuron device JSON (``--output-format json``, ``ntff.json``) and summary-json.
 
 Legacy JSON is one object of tables, each a list of row objects, one file per rank (the name may
-carry the rank: ``rank_3.json``, ``profile_rank_3.json``):
+carry the rank: ``rank_3.json``, ``profile_rank_3.json``; else its folder's:
+``profile_rank_3/ntff.json``):
 
 - ``instruction``: ``timestamp``, ``duration``, ``subgroup`` (the engine; ``label`` when absent),
   ``opcode``, ``hlo_name``, ``id``, ``inst_dep_ids`` (-> ``dependency`` edges), ``layer``,
@@ -100,10 +101,13 @@ def read(path: Path) -> list[RankPart]:
 
 
 def _set_rank(meta: S.RankMeta, path: Path, metadata: dict) -> None:
-    rank = rank_from_name(path.name)
-    if rank is not None:
-        meta.rank, meta.info["rank_source"] = rank, "filename"
-        return
+    """The rank the file name states, else its folder's (``profile_rank_3/ntff.json``: the
+    default output name inside a per-rank folder), else Metadata ``worker_gid``, else 0."""
+    for name, source in ((path.name, "filename"), (path.parent.name, "folder name")):
+        rank = rank_from_name(name)
+        if rank is not None:
+            meta.rank, meta.info["rank_source"] = rank, source
+            return
     gid = pd.to_numeric(
         pd.Series([metadata.get("worker_gid")], dtype=object), errors="coerce"
     ).iloc[0]

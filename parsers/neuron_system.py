@@ -123,11 +123,9 @@ def system_parts(df: pd.DataFrame, path: Path, fmt: str, info: dict) -> list[Ran
     hardware = source == HARDWARE_SOURCE
     nc_text = np.where(has_nc, nc.astype(str), "?").astype(object)
     tid_text = np.where(has_tid, tid.astype(str), "?").astype(object)
-    gids = rank_info.get("worker_gid_of_rank")
-    worker = (
-        "gid" + np.asarray(gids, dtype=np.int64)[rank].astype(str).astype(object)
-        if gids
-        else "rank" + rank.astype(str).astype(object)
+    # With worker_gid the rank is the gid (neuron_system_ranks).
+    worker = ("gid" if rank_info.get("worker_gid_of_rank") else "rank") + rank.astype(str).astype(
+        object
     )
     label = worker + "-nc" + nc_text + "-tid" + tid_text + "-" + source
     # LNC>1: one nc_exec_running per physical core; each core keeps its own hardware track.

@@ -9,6 +9,8 @@ Two layouts (neuron-real-output.md):
   ``trace_event_source``, ``flow_id``, ``extra_attributes_json``; no ``worker_gid``) and device
   memory samples under ``device_mem_usage`` (``hbm_idx``, ``total_bytes``,
   ``dram_spill_bytes``, ...);
+- times in the unit of the event's ``timestamp_unit`` (``ns``; ``us``, ``ms`` or ``s`` are
+  converted to ns exactly from the numbers' decimal text: :mod:`neuron_system_units`);
 - the pre-2.22 layout: ``trace_events`` (``group`` like ``nrt-nc-000``, numeric ``type``, ids
   as strings), ``mem_usage`` and ``cpu_util``.
 
@@ -35,6 +37,7 @@ from tracediag.parsers.neuron_system_json_sniff import (  # noqa: F401 (the read
     FORMAT,
     sniff,
 )
+from tracediag.parsers.neuron_system_units import to_ns, units_of
 from tracediag.parsers.perfetto_system import CPU_FIELD, NC_FIELD
 
 #: The event list: the current name first, then the pre-2.22 one.
@@ -61,6 +64,11 @@ def read(path: Path) -> list[RankPart]:
         raise TraceInputError(path, f"{key}[{bad}] is not an object")
     # Objects, not inferred dtypes: a column with gaps would become float64 and round ns times.
     df = pd.DataFrame(rows, dtype=object).rename(columns=_RENAMES)
+    pow10 = units_of(df, path)
+    if pow10 is not None:  # times in us (or ms, s): exact ns from their decimal text
+        for col in ("start_ts", "duration_ns", "end_ts"):
+            if col in df:
+                df[col] = to_ns(df[col], pow10, col, path)
     if "args" in df:  # sync-point clocks inside args
         args = df["args"].where(df["args"].map(lambda a: isinstance(a, dict)), None)
         for field in (CPU_FIELD, NC_FIELD):
@@ -84,12 +92,21 @@ def read(path: Path) -> list[RankPart]:
         df["trace_event_source"] = source
     info = {
         "system_profile_layout": key,
+        "timestamp_unit": _units(df),
         "cpu_util_samples": len(doc.get("cpu_util") or []),
         "mem_usage_samples": len(doc.get("mem_usage") or []),
     }
     parts = system_parts(df, path, FORMAT, info)
     _device_memory(doc.get("device_mem_usage"), parts, path)
     return parts
+
+
+def _units(df: pd.DataFrame) -> str:
+    """The units the events state (``ns`` when none does), for ``meta.info``."""
+    if "timestamp_unit" not in df:
+        return "ns"
+    units = df["timestamp_unit"].astype("string").str.strip().str.lower().fillna("ns")
+    return ",".join(sorted(units.unique()))
 
 
 def _device_memory(rows: object, parts: list[RankPart], path: Path) -> None:

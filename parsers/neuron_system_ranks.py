@@ -4,10 +4,12 @@ Real ``system_profile.json`` (``neuron-explorer view --output-format json``), th
 trace JSON and older Perfetto system traces carry no ``worker_gid``; a worker is then one
 NeuronCore of one process of one instance. The job's ranks are the workers in order:
 
-- with ``worker_gid`` (an event without one takes its process's): rank = position of the
-  worker's gid among the job's gids (gids are global NeuronCore ids, ``instance * 32 + core`` on
-  a trn1.32xlarge, not dense ranks);
-- without: a worker is ``(instance_id, process_id, nc_idx)``; workers are ordered by instance
+- with ``worker_gid`` (an event without one takes its process's): rank = the gid itself. The
+  documentation calls it "a unique global identifier for each NeuronCore across all instances"
+  (the global worker id, as ``profile_rank_<i>`` names a device profile's), so a job's gids
+  32..35 are ranks 32..35, as its device profiles ``profile_rank_32``.. and Metadata
+  ``worker_gid`` say: renumbering them would split one rank's system and device parts;
+- without (nothing identifies the rank, so ranks are numbered from 0): a worker is ``(instance_id, process_id, nc_idx)``; workers are ordered by instance
   (its id as text), then by the first ``device_core_idx`` the worker's hardware events name,
   then by process id, then by ``nc_idx``. An event without ``nc_idx`` (framework events) belongs
   to its process's first worker.
@@ -60,9 +62,8 @@ def worker_ranks(fields: dict[str, pd.Series | None], n: int) -> tuple[np.ndarra
     if gid.notna().any():
         rank = np.full(n, -1, dtype=np.int64)
         known = gid.notna().to_numpy()
-        gids, inverse = np.unique(gid.to_numpy()[known].astype(np.int64), return_inverse=True)
-        rank[known] = inverse
-        return rank, "worker_gid", {"worker_gid_of_rank": gids.tolist()}
+        rank[known] = gid.to_numpy()[known].astype(np.int64)
+        return rank, "worker_gid", {"worker_gid_of_rank": np.unique(rank[known]).tolist()}
     nc = _number(fields.get("nc_idx"), n)
     # Framework events have no NeuronCore: they go to their process's first worker.
     first_nc = nc.groupby(proc_key).transform("min")

@@ -173,13 +173,9 @@ def system_slices(
     nc_text = pd.Series(fields["nc_idx"], dtype=object).fillna("?").astype(str)
     core = pd.to_numeric(pd.Series(fields["device_core_idx"], dtype="string"), errors="coerce")
     core_text = ("-core" + core.astype("Int64").astype(str)).where(core.notna(), "")
-    gids = rank_info.get("worker_gid_of_rank")
-    safe = np.clip(rank, 0, None)
-    worker = (
-        pd.Series(np.asarray(gids, dtype=np.int64)[safe]).astype(str).radd("gid")
-        if gids
-        else pd.Series(safe).astype(str).radd("rank")
-    )
+    # With worker_gid the rank is the gid (neuron_system_ranks).
+    prefix = "gid" if rank_info.get("worker_gid_of_rank") else "rank"
+    worker = pd.Series(np.clip(rank, 0, None)).astype(str).radd(prefix)
     hw_label = (worker + "-nc" + nc_text + core_text + "-neuron_hw").to_numpy(dtype=object)
     collective = hardware & (name.to_numpy() == COLLECTIVE)
     for col, value, where in (

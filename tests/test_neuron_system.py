@@ -205,8 +205,8 @@ def test_events_without_worker_gid_take_their_process_worker(tmp_path):
     ]  # fmt: skip
     path = _write(tmp_path / "system_profile.json", orjson.dumps({"trace_events": events}))
     (part,) = neuron_system_json.read(path)
-    # Ranks are the workers in worker_gid order: the only worker is rank 0, gid 5 is kept.
-    assert part.meta.rank == 0
+    # The rank is the worker's global id (worker_gid 5), as a device profile names it.
+    assert part.meta.rank == 5
     assert part.meta.info["worker_gid_of_rank"] == [5]
     assert part.meta.repairs == {"events without worker_gid (nor a process with one): skipped": 1}
     ev = part.events.assign(name=part.events["name"].astype(str)).set_index("name")

@@ -34,7 +34,9 @@ def discover(paths: Iterable[str | Path]) -> tuple[list[tuple[Path, object]], li
 
     A path a reader accepts is read as is (a Neuron profile directory, a trace file). Another
     directory is expanded one level (``rank_0/``, ``profile_rank_1/``, per-rank files) and its
-    children are sniffed; children nobody reads are returned as skipped, so the caller can say so.
+    children are sniffed; a child folder holding exactly one legacy Neuron JSON
+    (``profile_rank_3/ntff.json``) stands for that file; children nobody reads are returned as
+    skipped, so the caller can say so.
     A file the user named that no reader accepts is an error.
     """
     found: list[tuple[Path, object]] = []
@@ -55,6 +57,8 @@ def discover(paths: Iterable[str | Path]) -> tuple[list[tuple[Path, object]], li
             )
             for child in children:
                 child_reader = _reader_for(child)
+                if child_reader is None and child.is_dir():
+                    child, child_reader = _per_rank_file(child) or (child, None)
                 if child_reader is None:
                     skipped.append(child)
                 else:
@@ -72,6 +76,23 @@ def discover(paths: Iterable[str | Path]) -> tuple[list[tuple[Path, object]], li
             "Chrome/Kineto trace JSON, Perfetto, XPlane or a collective timeline)",
         )
     return found, skipped
+
+
+#: Formats written one file per rank folder (``profile_rank_3/ntff.json``: the legacy JSON's
+#: default name inside a folder per worker), read from a parent folder one level further down.
+_PER_RANK_FOLDER_FORMATS = ("neuron-json",)
+
+
+def _per_rank_file(folder: Path) -> tuple[Path, object] | None:
+    """The one trace of ``folder`` when it holds exactly one, in a per-rank-folder format."""
+    readable = [
+        (c, r)
+        for c in folder.iterdir()
+        if c.is_file() and not c.name.startswith(".") and (r := _reader_for(c)) is not None
+    ]
+    if len(readable) == 1 and readable[0][1].FORMAT in _PER_RANK_FOLDER_FORMATS:
+        return readable[0]
+    return None
 
 
 #: How many skipped names a message lists before "and N more".
