@@ -178,6 +178,22 @@ def _stated_executions(meta: S.RankMeta) -> int | None:
     return int(value) if pd.notna(value) and value > 0 else None
 
 
+#: The DMA table's columns that tell its tracks apart (the queue, its ring, the physical core).
+_DMA_TRACK_COLUMNS = ("queue_name", "dma_queue", "subgroup", "engine_idx", "pcore_idx")
+
+
+def _dma_track_codes(dma: pd.DataFrame) -> np.ndarray:
+    """Per transfer row: one code per queue, ring and physical core (the columns present)."""
+    cols = [c for c in _DMA_TRACK_COLUMNS if c in dma]
+    if not cols:
+        return np.zeros(len(dma), dtype=np.int64)
+    code = np.zeros(len(dma), dtype=np.int64)
+    for c in cols:
+        k, uniq = pd.factorize(dma[c], use_na_sentinel=False)
+        code = code * (len(uniq) + 1) + k
+    return code
+
+
 def execution_edges(
     spans: Spans | None, tables: dict[str, tuple[pd.DataFrame, int] | None]
 ) -> pd.DataFrame:
@@ -222,12 +238,22 @@ def execution_edges(
         # Every transfer of a later execution too: a queue's transfers need not follow one
         # another (rings, lanes), and one without a known trigger would hang on the previous
         # execution's transfer on its track, the host gap unexplained.
+        # Only the first transfer of each queue (and ring, core) in it, as for the engines: the
+        # rest follow it on their track, and an edge into every one of them pinned transfers
+        # that wait on their trigger to the previous execution's end as well.
         frame, first_dma = tables["dma"]
         s, _ = _start_end(frame)
         ok = np.flatnonzero(np.isfinite(s) & (s >= starts[0]))
         k = np.searchsorted(starts, s[ok], side="right") - 1
-        later = k > 0
-        k_of, dst = np.r_[k_of, k[later]], np.r_[dst, first_dma + ok[later]]
+        track = _dma_track_codes(frame)[ok]
+        first = (
+            pd.DataFrame({"k": k, "track": track, "s": s[ok], "row": ok})
+            .sort_values("s", kind="stable")
+            .drop_duplicates(["k", "track"])
+        )
+        first = first[first["k"].to_numpy() > 0]
+        k_of = np.r_[k_of, first["k"].to_numpy()]
+        dst = np.r_[dst, first_dma + first["row"].to_numpy(dtype=np.int64)]
     src = last_row[k_of - 1]
     has = src >= 0
     return pd.DataFrame({S.SRC: src[has], S.DST: dst[has], S.EDGE_KIND: "dependency"})

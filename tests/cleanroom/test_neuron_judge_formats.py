@@ -61,16 +61,13 @@ CLI_LAYOUTS = ("parquet", "perfetto")
 
 # Checks the tool failed when this judge was written (2026-12-02), by run, less those fixed
 # since (ranks from worker_gid and rank folders, timestamp_unit us, executions of a legacy JSON
-# whose pc counts on, DmaPacketAggregated blocks on serial lanes). Reasons in short; the xfail
-# message carries the figures measured on each run.
-_JSON_DMA = (
-    "legacy JSON whose DMA rows name no trigger nor consumer (edges inferred by time): "
-    "DMA101 saving ~50% of the truth"
-)
+# whose pc counts on, DmaPacketAggregated blocks on serial lanes, a later execution's DMA tied
+# to the previous one's end only through each track's first transfer). Reasons in short; the
+# xfail message carries the figures measured on each run.
 _DMA104 = "DMA104 (slow transfers for their size) at warning+ in Parquet, absent from legacy JSON"
 KNOWN = {
-    ("dma", 0): {"dma101[legacy_json]": _JSON_DMA, "same-device": _DMA104},
-    ("dma", 16): {"dma101[legacy_json]": _JSON_DMA, "same-device": _DMA104},
+    ("dma", 0): {"same-device": _DMA104},
+    ("dma", 16): {"same-device": _DMA104},
 }
 
 
