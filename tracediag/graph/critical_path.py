@@ -10,7 +10,9 @@ Categories (they sum to the path length, first start of the job to its last end)
 - ``collective_skew``: the collective waits for a late rank, from the median arrival of the
   *other* participants to the last arrival;
 - ``host``: host-side work: runtime calls, launch latency, CPU time between launches, syncs;
-- ``gap``: latency nothing in the trace explains.
+- ``gap``: latency nothing in the trace explains, a host thread's idle stretches included (a
+  wait on its previous call of at least ``path_idle.IDLE_THREAD_NS`` with nothing of the
+  thread recorded: a ``time.sleep``; see :mod:`tracediag.graph.path_idle`).
 
 The time from the window's start to the walk's earliest cut is the wait of the path's earliest
 node, on its rank: ``host`` when a host thread of that rank ran something then (a DataLoader),
@@ -26,6 +28,7 @@ import pandas as pd
 import pyarrow as pa
 
 from tracediag.graph import dependencies as G
+from tracediag.graph.path_idle import split_idle
 from tracediag.model import schema as S
 from tracediag.model.path_categories import CATEGORIES
 
@@ -162,13 +165,23 @@ def walk(
     seg_cat = np.column_stack((own[path].astype(np.int64), gap_cat)).ravel()
     seg_a, seg_b = cursor[1:], cursor[:-1]
     keep = seg_b > seg_a
+    seg_node, seg_cat, seg_a, seg_b = seg_node[keep], seg_cat[keep], seg_a[keep], seg_b[keep]
+    # A host thread's program-order wait is host time where the thread recorded work, a gap
+    # where it recorded nothing (graph.path_idle).
+    waits = np.tile(np.array([False, True]), len(path))[keep] & (seg_cat == _CAT["host"])
+    waits &= graph.bind_code[seg_node] == G.PROGRAM_ORDER
+    waits &= _on_cpu_thread(graph, trace)[seg_node]
+    seg_node, seg_cat, seg_a, seg_b = split_idle(
+        seg_node, seg_cat, seg_a, seg_b, waits, graph, trace, _CAT["host"], _CAT["gap"]
+    )
     # The time before the walk's earliest cut: the work its earliest node's rank did then.
     lead_node, lead_event, lead_cat = _leading(graph, trace, path, t0, int(cursor[-1]))
-    seg_node = np.r_[seg_node[keep], lead_node]
-    seg_cat = np.r_[seg_cat[keep], lead_cat]
-    seg_a = np.r_[seg_a[keep], t0]
-    seg_b = np.r_[seg_b[keep], cursor[-1]]
-    seg_event = np.r_[np.full(int(keep.sum()), -2), lead_event]  # -2: the node's own event
+    n_seg = len(seg_node)
+    seg_node = np.r_[seg_node, lead_node]
+    seg_cat = np.r_[seg_cat, lead_cat]
+    seg_a = np.r_[seg_a, t0]
+    seg_b = np.r_[seg_b, cursor[-1]]
+    seg_event = np.r_[np.full(n_seg, -2), lead_event]  # -2: the node's own event
     keep = seg_b > seg_a
     return CriticalPath(
         _segments_frame(
@@ -177,6 +190,12 @@ def walk(
         t0,
         t_end,
     )
+
+
+def _on_cpu_thread(graph: G.Graph, trace: S.Trace) -> np.ndarray:
+    """Per node: it sits on a host thread's track."""
+    kinds = trace.tracks[S.TRACK_KIND].astype(str).to_numpy() == "cpu_thread"
+    return np.append(kinds, False)[np.where(graph.track >= 0, graph.track, len(kinds))]
 
 
 def _leading(graph: G.Graph, trace: S.Trace, path: np.ndarray, t0: int, lead_end: int):

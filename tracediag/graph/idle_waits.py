@@ -217,8 +217,8 @@ def _starts_between(trace: S.Trace, group: np.ndarray, q_group, lo, hi) -> np.nd
     g = group[on]
     o = stable_order_by(g, ts)
     g, ts = g[o], ts[o]
-    a = _search_pairs(g, ts, q_group, lo, side="right")
-    b = _search_pairs(g, ts, q_group, hi, side="left")
+    a = search_pairs(g, ts, q_group, lo, side="right")
+    b = search_pairs(g, ts, q_group, hi, side="left")
     return np.maximum(b - a, 0)
 
 
@@ -267,7 +267,7 @@ def _silences(trace: S.Trace, min_ns: int) -> _Silences | None:
     # The thread's next graph event after each silence: the waiter.
     g = graph_on[stable_order_by(rt[graph_on], ts[graph_on])]
     g_key_rt, g_ts = rt[g], ts[g]
-    k = _search_pairs(g_key_rt, g_ts, s_rt, s_hi, side="left")
+    k = search_pairs(g_key_rt, g_ts, s_rt, s_hi, side="left")
     has_next = (k < len(g)) & (g_key_rt[np.minimum(k, len(g) - 1)] == s_rt)
     w = np.where(has_next, g[np.minimum(k, len(g) - 1)], -1)
     prev_ok = np.ones(len(s_rt), dtype=bool)
@@ -354,7 +354,7 @@ def _device_waits(trace, pred_end, pred_ev, silences) -> pd.DataFrame:
     # The run ends inside the silence (the thread stays silent until it ends); the waiter, the
     # thread's next graph event, starts within the tolerance of its end.
     at = ts[sil.waiter]
-    k = _search_pairs(run_rank, run_end, s_rank, sil.hi, side="right") - 1
+    k = search_pairs(run_rank, run_end, s_rank, sil.hi, side="right") - 1
     kc = np.maximum(k, 0)
     nxt = np.minimum(kc + 1, len(run_end) - 1)
     idle_after = (kc + 1 >= len(run_end)) | (run_rank[nxt] != s_rank) | (run_start[nxt] >= at)
@@ -367,7 +367,7 @@ def _device_waits(trace, pred_end, pred_ev, silences) -> pd.DataFrame:
     wg, wr = np.unique(np.c_[sil.waiter_group[woke], kc[woke]], axis=0).T.reshape(2, -1)
     o = stable_order_by(wg, run_end[wr])
     wg, wr = wg[o], wr[o]
-    j = _search_pairs(wg, run_end[wr], sil.waiter_group, sil.hi, side="right") - 1
+    j = search_pairs(wg, run_end[wr], sil.waiter_group, sil.hi, side="right") - 1
     jc = np.maximum(j, 0)
     ok = (j >= 0) & (wg[jc] == sil.waiter_group) if len(wg) else np.zeros(len(j), bool)
     run = wr[jc] if len(wr) else np.zeros(len(j), np.int64)
@@ -404,7 +404,7 @@ def _group_key(rank: np.ndarray, sub: np.ndarray) -> np.ndarray:
     return rank.astype(np.int64) * (int(sub.max(initial=0)) + 2) + sub.astype(np.int64) + 1
 
 
-def _search_pairs(key, val, q_key, q_val, side: str) -> np.ndarray:
+def search_pairs(key, val, q_key, q_val, side: str) -> np.ndarray:
     """Positions of (q_key, q_val) in the (key, val)-sorted arrays (np.searchsorted on pairs)."""
     if not len(key):
         return np.zeros(len(q_key), dtype=np.int64)
@@ -428,7 +428,7 @@ def _bind(
     o = stable_order_by(group[cand], end[cand])
     cand = cand[o]
     c_group, c_end = group[cand], end[cand]
-    i = _search_pairs(c_group, c_end, group[waiter], at, side="right") - 1
+    i = search_pairs(c_group, c_end, group[waiter], at, side="right") - 1
     ok = i >= 0
     ci = np.maximum(i, 0)
     src = cand[ci]
