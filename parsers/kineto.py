@@ -262,6 +262,13 @@ def event_kinds(rows: Rows) -> np.ndarray:
     return kind
 
 
+def _thread_name(name: str, tid: str) -> str:
+    """What a ``thread_name`` adds to the thread's id: Kineto's ``thread 11982 (python)`` ->
+    ``python`` (the part users know), ``dataloader`` as it is, ``thread 11982`` -> nothing."""
+    m = re.fullmatch(rf"thread\s+{re.escape(str(tid))}\s*(?:\((.*)\))?\s*", name)
+    return (m.group(1) or "").strip() if m else name
+
+
 def track_columns(rows: Rows, thread_names: dict[tuple[str, str], str]) -> dict[str, np.ndarray]:
     """Track label, kind, engine, device and clock of every slice (one loop step per track)."""
     first = rows.track_first
@@ -283,8 +290,8 @@ def track_columns(rows: Rows, thread_names: dict[tuple[str, str], str]) -> dict[
             engine.append("gpu")
             device.append(f"gpu{pid}")
         else:
-            name = thread_names.get((pid, tid), "")
-            suffix = f" ({name})" if name and tid not in name else ""
+            name = _thread_name(thread_names.get((pid, tid), ""), tid)
+            suffix = f" ({name})" if name else ""
             label.append(f"cpu {pid}/{tid}{suffix}")
             kind.append("cpu_thread")
             engine.append("cpu")

@@ -90,6 +90,13 @@ class CollectiveStraggler(Rule):
             if len(engines):
                 cause = f" Its {engines.index[0]} work runs {fmt_ns(engines.iloc[0])} longer than the median rank's"
                 cause += f", most in {', '.join(layers)}." if layers else "."
+            if not len(engines) or str(engines.index[0]) == "cpu":
+                # CPU threads: what differs step by step, op by op and idle gap by idle gap,
+                # not a sum of per-op excesses (module rank_contrast).
+                host = _host_difference(ctx, int(rank), int(last_rows[S.ARRIVAL].max()))
+                if host is not None:
+                    cause, slow = host.text, host.slow
+                    layers = slow.layers
             first_wait = int((last_rows[S.ARRIVAL] - last_rows["late_ns"]).min())
             share = _last_share(rows)
             severity = severity_by_saving(ctx.cost_pct(saving), opts, self.severity)
@@ -123,7 +130,7 @@ class CollectiveStraggler(Rule):
                 ranks=(int(rank),),
                 # The cause, not the symptom: the engine and layers where it is slower than its
                 # peers, from the first of that slow work to its last late arrival.
-                engine=str(engines.index[0]) if len(engines) else "cc",
+                engine=str(slow.by_engine.index[0]) if len(slow.by_engine) else "cc",
                 track=str(slow.by_track.index[0]) if len(slow.by_track) else "",
                 layer=", ".join(layers),
                 op=str(ops.index[0]),
@@ -257,6 +264,57 @@ def _last_share(rows: pd.DataFrame) -> float:
     """The largest share, over operations, of a rank's instances of it where it came last."""
     per_op = rows.groupby(rows[S.COLL_OP].astype(str))
     return float((per_op["last"].sum() / per_op[S.COLL_KEY].nunique()).max())
+
+
+@dataclass
+class HostDifference:
+    """COL201's cause on CPU threads: its sentence and where it is (as :class:`SlowWork`)."""
+
+    text: str
+    slow: SlowWork
+
+
+def _host_difference(ctx, rank: int, until: int, share: float = 0.25) -> HostDifference | None:
+    """What ``rank``'s CPU threads do longer than the median of the other ranks in the same
+    steps (:func:`tracediag.analysis.rank_contrast.contrast`): the item with the most excess
+    and those with at least ``share`` of it; None when nothing runs longer."""
+    import pandas as pd
+
+    from tracediag.analysis.peers import track_labels
+    from tracediag.analysis.rank_contrast import IDLE, contrast
+
+    c = contrast(ctx.trace, rank, until)
+    c = c[c["excess_ns"] > 0]
+    if not len(c):
+        return None
+    c = c[c["excess_ns"] >= share * c["excess_ns"].iat[0]].head(3)
+    labels = track_labels(ctx.trace)
+    parts = []
+    for row in c.itertuples(index=False):  # at most three items
+        per_step = f"{fmt_ns(row.mine_ns)} per step against {fmt_ns(row.peers_ns)}"
+        if row.item.startswith(IDLE):
+            what = f"idle (no op) before {row.item[len(IDLE) :]}"
+        else:
+            what = f"top-level op {row.item} (inside no other op)"
+        parts.append(
+            f"{what} on {labels[int(row.track)]}, {per_step} (+{fmt_ns(row.excess_ns)} over "
+            f"{int(row.steps)} {'step' if row.steps == 1 else 'steps'})"
+        )
+    text = (
+        " What it does longer than the median of the other ranks, step by step: "
+        + "; then ".join(parts)
+        + "."
+    )
+    items = [str(x) for x in c["item"]]
+    first = c.iloc[0]
+    slow = SlowWork(
+        by_engine=pd.Series({"cpu": int(c["excess_ns"].sum())}),
+        by_track=pd.Series({str(first["thread"]): int(first["excess_ns"])}),
+        layers=items,
+        start_ns=int(c["start_ns"].min()),
+        end_ns=until,
+    )
+    return HostDifference(text, slow)
 
 
 @dataclass

@@ -134,7 +134,8 @@ def test_thread_names_label_cpu_tracks(tmp_path):
         X("cpu_op", "b", 1, 1, pid=5, tid=10),
     ]
     _, trace = read_one(write(tmp_path / "names.json", {"traceEvents": events}))
-    assert sorted(trace.tracks[S.TRACK_NAME]) == ["cpu 5/10", "cpu 5/9 (dataloader)"]
+    # Kineto's "thread 10 (python)": the part after the id, which is what users know.
+    assert sorted(trace.tracks[S.TRACK_NAME]) == ["cpu 5/10 (python)", "cpu 5/9 (dataloader)"]
 
 
 # ---- edges on real traces ----------------------------------------------------------------------

@@ -134,11 +134,13 @@ def test_cmp301_names_the_tpu_tensorcore(tmp_path):
     assert not any("GPU" in f.message for f in cmp)
 
 
-def test_col202_with_missing_participants_is_info_and_says_so():
+def test_col202_with_missing_participants_is_at_most_warning_and_says_so():
+    """Part of the time may be waiting for the missing ranks: not an error; but 35 ms of
+    exposed AllReduce (41% of the path) is the trace's main cost, not info (review S3, D8)."""
     trace = load([shared("kineto_mi300_resnet_act_checkpoint.json.gz")])
     col = [f for f in diagnose(trace).findings if f.code == "COL202"]
     ar = [f for f in col if f.op == "AllReduce"]
     assert len(ar) == 1
-    assert str(ar[0].severity) == "info"
+    assert str(ar[0].severity) == "warning"
     assert "Only 1 of the group's 8 ranks is in the inputs" in ar[0].message
     assert ar[0].evidence["listed_group_size"] == 8 and ar[0].evidence["group_size"] == 1

@@ -4,7 +4,8 @@ Before, COL201 on the real gloo job said ``track cpu thread #3`` (the name it ma
 across ranks by) in Markdown, HTML and JSON, the text report named no track, and the TUI and
 the HTML timeline said ``cpu 12217/12217``; on the public 2-rank PyTorch trace the finding said
 ``stream 7`` where the views said ``gpu1/stream 7``. Now every view shows the rank's own track,
-with the thread's peer number where a rank runs several threads: ``cpu 12217/12217 (thread #3)``.
+named as the trace names the thread (``thread 12217 (python)``): ``cpu 12217/12217 (python)``;
+before, ``(thread #3)``, tracediag's own peer number, which no profiler viewer shows.
 
 The expected names come from the raw files (``truth.json``'s pid of the delayed rank, the
 thread ids and first timestamps of the JSON events), not from tracediag.
@@ -18,7 +19,6 @@ import io
 import json
 from pathlib import Path
 
-import numpy as np
 from rich.console import Console
 
 from tests.chrome_helpers import shared
@@ -43,18 +43,18 @@ def _raw_events(path: Path) -> list[dict]:
 
 def _gloo_expected() -> str:
     """Rank 1's main thread (truth.json: the extra matmuls run on its main thread, pid = tid),
-    numbered by the order of the first event of each thread of the raw file (the profiler's
-    own ``Spans`` and ``Traces`` tracks first: their events open the trace)."""
+    named as the raw file's ``thread_name`` metadata names it (``thread 12217 (python)``: the
+    part after its id), not by tracediag's own peer number."""
     truth = json.loads((GLOO / "truth.json").read_text())
     rank = truth["delayed_rank"]
     pid = truth["ranks"][str(rank)]["pid"]
-    first: dict = {}
-    for e in _raw_events(GLOO / f"rank-{rank}.json.gz"):
-        if e.get("ph") != "M" and "ts" in e:
-            key = (e["pid"], e["tid"])
-            first[key] = min(first.get(key, np.inf), float(e["ts"]))
-    order = sorted(first, key=first.get)  # stable: ties keep the file's order
-    return f"cpu {pid}/{pid} (thread #{order.index((pid, pid)) + 1})"
+    (name,) = {
+        e["args"]["name"]
+        for e in _raw_events(GLOO / f"rank-{rank}.json.gz")
+        if e.get("ph") == "M" and e.get("name") == "thread_name" and e["tid"] == pid
+    }
+    assert name == f"thread {pid} (python)"
+    return f"cpu {pid}/{pid} (python)"
 
 
 def _shown(static) -> str:
@@ -120,7 +120,7 @@ def _assert_one_name(d, code: str, expected: str) -> None:
 def test_gloo_straggler_track_has_one_name_in_every_view():
     d = diagnose(load([GLOO]))
     expected = _gloo_expected()
-    assert expected == "cpu 12217/12217 (thread #3)"
+    assert expected == "cpu 12217/12217 (python)"
     _assert_one_name(d, "COL201", expected)
     # no view keeps the name the ranks are matched by
     for fmt in ("text", "markdown", "html", "json"):

@@ -46,9 +46,11 @@ def peer_track_names(trace: S.Trace, tracks: np.ndarray | None = None) -> np.nda
 
 def track_labels(trace: S.Trace, peers: np.ndarray | None = None) -> np.ndarray:
     """Per track, the name every view shows (text, Markdown, HTML, JSON, TUI): its own name,
-    and for a CPU thread of a multi-rank trace whose rank runs several threads also its peer
-    number, which matches it with the same thread on the other ranks (their ids differ):
-    ``cpu 1234/5678 (thread #3)``.
+    which holds the thread's name where the trace gives one (Kineto's ``thread_name``
+    ``thread 11982 (python)``: ``cpu 11982/11982 (python)``, what the user's profiler viewer
+    shows). Only a CPU thread the trace does not name, of a multi-rank trace whose rank runs
+    several threads, gets its peer number, which matches it with the same thread on the other
+    ranks (their ids differ): ``cpu 1234/5678 (thread #3)``; the number is tracediag's own.
 
     GPU streams and Neuron engines keep their own name, which holds the peer name already
     (``gpu3/stream 7``). ``peers``: the trace's :func:`peer_track_names`, when at hand.
@@ -59,7 +61,9 @@ def track_labels(trace: S.Trace, peers: np.ndarray | None = None) -> np.ndarray:
     rank = tr[S.RANK].to_numpy()
     # One rank has no peers, and a rank's only thread needs no number to be told apart.
     threads = pd.Series(cpu).groupby(rank).transform("sum").to_numpy()
-    numbered = cpu & (threads > 1)
+    # The trace's own thread name, where the reader kept one, is what the user knows.
+    named = pd.Series(names, dtype=object).str.contains(r"\(.+\)$", regex=True).to_numpy(bool)
+    numbered = cpu & (threads > 1) & ~named
     if not numbered.any() or len(pd.unique(rank)) < 2:
         return names
     if peers is None:

@@ -13,7 +13,27 @@ than annotations: a Python frame such as the profiler's own last ``step()`` call
 after the step on ``kineto_mi300_resnet_act_checkpoint``). That is the host's clock, as the
 tiling's: its device work ends later by the queue the host ran ahead with (158 ms on
 ``kineto_negative_queue_rank0``), which each earlier step passed on to the next. Where it has
-no host events (a Neuron execution) it ends at the last end of its own events. A step that holds nothing
+no host events (a Neuron execution) it ends at the last end of its own events.
+
+**On a device-bound rank** the host's clock understates the step: the host queues each step
+faster than the device runs it, so the device falls further behind every step and the host
+ends by waiting for it (``kineto_mi300_resnet_act_checkpoint``: ProfilerSteps of 15.97 ms,
+while the GPU work each one launches spans 18.98, 18.98 and 18.55 ms and the host then waits
+37.85 ms in ``hipDeviceSynchronize``). A rank is device-bound when the lag of its steps'
+device work behind their host end grows from its first step to its last by more than
+:data:`DEVICE_BEHIND_SHARE` of its host step per step (steady queueing, a constant lag, is not:
+the host still sets the period, as on ``kineto_resnet50_train_worker0`` and
+``kineto_negative_queue_rank0``). Its steps are then on the device's clock: step N runs from
+the end of step N-1's device work (the first step: from the start of its own) to the end of
+the device work step N launched, a running maximum so they tile without overlap. That is the
+step PyTorch's TensorBoard profiler plugin uses (a step ends at the later of its ProfilerStep's
+end and the end of the device work it launched, and starts no earlier than the previous step's
+end; ``tb_plugin/torch_tb_profiler/profiler/event_parser.py``), less what the plugin leaves in
+the first step: the device work the host had queued before the trace began (30 ms of the
+previous step's on mi300), which is no part of this step's. Applied to every rank, the
+plugin's rule would move host-bound steps by the jitter of their last kernel's end (resnet50:
+a median of 158.8 ms against 155.05 ms of ProfilerStep ranges), hence the device-bound test.
+A step that holds nothing
 but its marker (the ``ProfilerStep#N`` that ``prof.stop()`` closes at once, 49 µs on
 ``kineto_amd_mi250_minitoy``) is no step; the reports say how many they leave out. A trace without step numbers is one step: each rank's window
 (the dependency graph's window: its device work; every node of a host-only trace). When some
@@ -78,6 +98,9 @@ OUTLIER_RULE = (
     f" (1.4826 x the median absolute deviation) and by more than {OUTLIER_MIN_PCT:g}% of the"
     " median; none with fewer than 3 steps"
 )
+#: A rank is device-bound when its device work falls behind its host by more than this share
+#: of its host step per step (the lag at its last step over the lag at its first).
+DEVICE_BEHIND_SHARE = 0.05
 #: A finding is in a step when they share this much of the shorter of the two (steps.seen).
 SEEN_MIN_SHARE = 0.05
 #: ``rank_steps``' ``attrs`` key: the step numbers left out as marker only on every rank.
@@ -118,7 +141,12 @@ def rank_steps(trace: S.Trace, graph: Graph) -> pd.DataFrame:
         # step() call may run on long after the step).
         host_last = np.where(on_host & ~marker, end, lowest)
         host_start = np.where(on_host, start, highest)
-        g = _per_step(rank, step[has], start, end, host_last, host_start, ~marker)
+        device_work = ~on_host & ~marker
+        g = _per_step(
+            rank, step[has], start, end, host_last, host_start, ~marker,
+            device_first=np.where(device_work, start, highest),
+            device_last=np.where(device_work, end, lowest),
+        )  # fmt: skip
         # The range that opens the step on the host (its ProfilerStep#N) ends it too.
         first = g.pop("host_first").to_numpy()
         opening = end[first]
@@ -145,6 +173,7 @@ def rank_steps(trace: S.Trace, graph: Graph) -> pd.DataFrame:
         own_end = np.where(host_last > lowest, host_last, g["last_ns"].to_numpy())
         follows = nxt_same & (nxt_number == number + 1)
         g["end_ns"] = np.where(follows, nxt_start, own_end)
+        g = _on_device_clock(g, lowest)
         parts.append(g[["rank", "number", "start_ns", "end_ns"]])
         numbered = set(np.unique(rank).tolist())
     window = _window_rows(graph)
@@ -169,11 +198,13 @@ def rank_steps(trace: S.Trace, graph: Graph) -> pd.DataFrame:
     return out
 
 
-def _per_step(rank, number, start, end, host_last, host_start, work) -> pd.DataFrame:
+def _per_step(
+    rank, number, start, end, host_last, host_start, work, device_first, device_last
+) -> pd.DataFrame:
     """Per (rank, step number), in order of first appearance: its first start, last end and
     last host end, its first host event's row (the earliest host start, the first such row
-    on a tie) and its work events. By group codes and one sort of the rows by them (no frame of
-    every event grouped)."""
+    on a tie), its work events, and the first start and last end of its device work. By group
+    codes and one sort of the rows by them (no frame of every event grouped)."""
     code, first = group_codes(rank, number)
     # Stable: a group's rows stay in row order (its first earliest host start comes first).
     o = np.argsort(code, kind="stable")
@@ -194,8 +225,42 @@ def _per_step(rank, number, start, end, host_last, host_start, work) -> pd.DataF
             "host_last_ns": reduce(np.maximum, host_last),
             "host_first": host_first.astype(np.int64),
             "work": np.bincount(code[work], minlength=len(first)).astype(np.int64),
+            "device_first_ns": reduce(np.minimum, device_first),
+            "device_last_ns": reduce(np.maximum, device_last),
         }
     )
+
+
+def _on_device_clock(g: pd.DataFrame, lowest: int) -> pd.DataFrame:
+    """``g`` (a rank's steps on the host's clock, in rank then start order) with the steps of
+    each device-bound rank moved to the device's clock (module docstring): step N from the
+    end of step N-1's device work (the first step: from the start of its own) to the end of
+    its own device work, a running maximum so the steps still tile without overlap."""
+    has = (g["device_last_ns"] > lowest).to_numpy()
+    lag = pd.Series(np.where(has, g["device_last_ns"] - g["end_ns"], np.nan), index=g.index)
+    by = lag.groupby(g["rank"].to_numpy())
+    first, last, n = by.transform("first"), by.transform("last"), by.transform("count")
+    host_step = (g["end_ns"] - g["start_ns"]).groupby(g["rank"].to_numpy()).transform("median")
+    # The device falls further behind the host each step: the host's steps are shorter than
+    # the device's, and the device, not the host, sets the period.
+    grows = (last - first) > DEVICE_BEHIND_SHARE * (n - 1) * host_step
+    bound = ((n >= 2) & (last > 0) & grows).to_numpy()
+    if not bound.any():
+        return g
+    rows = np.flatnonzero(bound)
+    sub = g.iloc[rows]
+    r = sub["rank"].to_numpy()
+    # A step without device work on such a rank ends where its host work does.
+    raw_end = np.where(has[rows], sub["device_last_ns"], sub["end_ns"]).astype(np.int64)
+    end = pd.Series(raw_end).groupby(r).cummax().to_numpy()
+    prev = np.r_[np.int64(lowest), end[:-1]]
+    first_row = np.r_[True, r[1:] != r[:-1]]
+    own_start = np.where(has[rows], sub["device_first_ns"], sub["start_ns"]).astype(np.int64)
+    start = np.where(first_row, own_start, prev)
+    g = g.copy()
+    g.loc[g.index[rows], "start_ns"] = np.minimum(start, end)
+    g.loc[g.index[rows], "end_ns"] = end
+    return g
 
 
 def _window_rows(graph: Graph) -> pd.DataFrame:
