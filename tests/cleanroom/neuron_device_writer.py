@@ -41,6 +41,20 @@ its participants and per-rank op/stream ids, wait and exposed time, saving if a 
 collectives were removed), ``pipeline`` (bubble per stage), ``findings`` (one per injected cause
 with ``kind`` and ``saving_ns`` from a re-simulation without the cause), ``expected_findings``,
 ``expected_clean``, ``variation`` (the full configuration).
+
+ExecutionInfo time base (``execution_time_base``): the reference gives ``execution_start_ts`` /
+``execution_end_ts`` "relative to the start of the profile" without saying which start, so the
+writer can write either documented reading; every execution's span holds exactly its rows.
+
+* ``"first_hw_timestamp"`` (default): relative to ``Metadata.first_hw_timestamp`` ("first
+  timestamp in the trace"), which the writer puts a short lead before the first row. This is
+  also the zero of the ``relative`` Parquet time base and the zero-based JSON, so there an
+  execution's span can be compared with the rows directly; with device-clock timestamps add
+  ``first_hw_timestamp``. Truth: ExecutionInfo = true time - ``time.profile_start_true_ns``.
+* ``"first_event"``: relative to the first row the rank recorded (the first instruction or DMA
+  of execution 0), so execution 0 starts at 0 and every span is earlier than on the default by
+  the lead. Truth: ExecutionInfo = true time + ``time.execution_ts_offset_ns[rank]`` (this key
+  and ``time.execution_time_base`` are written only for this value).
 """
 
 from __future__ import annotations
@@ -262,6 +276,8 @@ class _Cfg:
     layer_naming: str = "layer"  # layer | framework
     # legacy JSON variations
     json_time_base: str = "zero"  # zero | device
+    # what ExecutionInfo's "relative to the start of the profile" counts from
+    execution_time_base: str = "first_hw_timestamp"  # first_hw_timestamp | first_event
     json_time_unit: str = "ns"  # ns | ps
     json_dma_queue_key: str = "dma_queue"  # dma_queue | subgroup | alternate
     json_engine_names: str = "engine"  # engine | hw
@@ -296,6 +312,8 @@ def _make_cfg(**kw) -> _Cfg:
         raise ValueError("consumer_semaphore_column must be compiler_operands or operands")
     if cfg.consumer_semaphore_spelling not in ("dollar", "named"):
         raise ValueError("consumer_semaphore_spelling must be dollar or named")
+    if cfg.execution_time_base not in ("first_hw_timestamp", "first_event"):
+        raise ValueError("execution_time_base must be first_hw_timestamp or first_event")
     return cfg
 
 
@@ -1642,6 +1660,15 @@ def _truth(cfg: _Cfg, base: _Result, cfs: dict, copies: int, files: dict, offset
             "profile_start_true_ns": {str(r): int(_profile_start(base, r)) for r in R},
         },
     }
+    if cfg.execution_time_base != "first_hw_timestamp":  # default: truth as before the option
+        t["time"]["written_note"] = (
+            "written timestamp = true time + written_ts_offset_ns[format][rank]; ExecutionInfo "
+            "times = true time + execution_ts_offset_ns[rank]"
+        )
+        t["time"]["execution_time_base"] = cfg.execution_time_base
+        t["time"]["execution_ts_offset_ns"] = {
+            str(r): -int(_execution_zero(cfg, base, r)) for r in R
+        }
     n_model = len(base.step_true)
     exec_list = []
     for e, (kind, _s) in enumerate(gen.exec_plan):
@@ -2041,6 +2068,18 @@ def _truth_pipeline(cfg, base, copies):
 def _profile_start(res: _Result, r: int) -> int:
     spans = _exec_spans(res.gen, res.sim)
     return spans[(r, 0)][0] - int(res.dr["lead"][r])
+
+
+def _execution_zero(cfg, res: _Result, r: int) -> int:
+    """True time that ExecutionInfo's execution_start_ts/end_ts count from on rank r.
+
+    first_hw_timestamp: the profile start (Metadata.first_hw_timestamp, the zero of the relative
+    Parquet and zero-based JSON timestamps); first_event: the first written row's timestamp (the
+    start of execution 0), so execution 0 starts at 0.
+    """
+    if cfg.execution_time_base == "first_event":
+        return _exec_spans(res.gen, res.sim)[(r, 0)][0]
+    return _profile_start(res, r)
 
 
 def _dma_mode(cfg, r):
@@ -2746,7 +2785,8 @@ class _RankTables:
             c["pcore_idx"].append(p)
         return _Frame("SemaphoreUpdate", c, len(rows), ts=("timestamp",))
 
-    def exec_frame(self, pstart):
+    def exec_frame(self):
+        """ExecutionInfo in true time; _tile moves it onto the execution time base (rel_ts)."""
         res = self.res
         spans = _exec_spans(res.gen, res.sim)
         c = {name: [] for name, _, _ in SPECS["ExecutionInfo"]}
@@ -2754,8 +2794,8 @@ class _RankTables:
             a, b = spans[(self.r, e)]
             c["execution_index"].append(e)
             c["neff_name"].append(_neff_name(self.cfg, kind, self.stage))
-            c["execution_start_ts"].append(a - pstart)
-            c["execution_end_ts"].append(b - pstart)
+            c["execution_start_ts"].append(a)
+            c["execution_end_ts"].append(b)
             c["num_subgraphs"].append(self.cfg.lnc)
             c["row_count"].append(sum(1 for t in self.insts if self.sim.exe[t] == e))
         return _Frame(
@@ -2929,6 +2969,8 @@ class _RankWriter:
         self.shift = (max(ends) - min(starts)) + cfg.host_gap_ns if copies > 1 else 0
         self.n_exec = len(res.gen.exec_plan)
         self.pstart = _profile_start(res, r)
+        # true time of the zero of ExecutionInfo's start/end (cfg.execution_time_base)
+        self.exec_zero = _execution_zero(cfg, res, r)
         self.clock = int(res.dr["clock"][r])
         self.pend = (
             max(spans[(r, e)][1] for e in range(self.n_exec)) + self.shift * (copies - 1) + 2000
@@ -2943,7 +2985,7 @@ class _RankWriter:
         self.frames["CcOp"], self.frames["CcInstruction"], self.frames["CcStream"] = fc, fi, fs
         self.frames["ActiveTime"] = self.rt.active_frame()
         self.frames["SemaphoreUpdate"] = self.rt.semaphore_frame()
-        self.frames["ExecutionInfo"] = self.rt.exec_frame(self.pstart)
+        self.frames["ExecutionInfo"] = self.rt.exec_frame()
         self.sizes = {
             "Instruction": self.frames["Instruction"].n,
             "DmaPacketAggregated": self.frames["DmaPacketAggregated"].n,
@@ -2966,7 +3008,7 @@ class _RankWriter:
             self.shift,
             self.sizes,
             self.offset(fmt),
-            -self.pstart,
+            -self.exec_zero,
             self.n_exec,
             raw=fmt == "json",
         )
@@ -3381,7 +3423,7 @@ class _RankWriter:
         # per layer: first start, the sum over executions of its span, and its instruction count
         ex = self.table("ExecutionInfo", "json").to_pydict()
         bounds = [
-            (a_ + off + self.pstart, b_ + off + self.pstart)
+            (a_ + off + self.exec_zero, b_ + off + self.exec_zero)
             for a_, b_ in zip(ex["execution_start_ts"], ex["execution_end_ts"], strict=True)
         ]
         spans: dict = {}
@@ -3680,6 +3722,7 @@ def _write(cfg: _Cfg, out_dir) -> dict:
         for k, v in dataclasses.asdict(cfg).items()
         # option off: the truth file stays as before the option existed
         if cfg.consumer_semaphores or not k.startswith("consumer_semaphore")
+        if k != "execution_time_base" or v != "first_hw_timestamp"
     }
     truth = json.loads(json.dumps(truth))
     if out_dir is not None:

@@ -650,3 +650,154 @@ def test_consumer_semaphores_off_is_byte_identical(tmp_path):
             ins = ins[ins["opcode"] != "PSEUDO_TRIGGER_COLLECTIVE"]  # fixed "$S[15]>=1" text
             for col in ("operands", "compiler_operands"):
                 assert not [w for w in _named_waits(ins, col) if w[0] == 15]
+
+
+# ------------------------------------------------------------- ExecutionInfo time base
+
+
+def _exec_offset(t, r):
+    """Written ExecutionInfo time minus true time, from the truth (simulation)."""
+    tm = t["time"]
+    if "execution_ts_offset_ns" in tm:
+        return tm["execution_ts_offset_ns"][str(r)]
+    return -tm["profile_start_true_ns"][str(r)]  # default: relative to the profile start
+
+
+def _rows_in_exec_time(d, t, r, tables=("Instruction",)):
+    """start/end of the rows of `tables` moved onto ExecutionInfo's time base."""
+    shift = _exec_offset(t, r) - t["time"]["written_ts_offset_ns"]["parquet"][str(r)]
+    parts = [_read(d, tb) for tb in tables]
+    df = pd.concat([p[["start_ts", "end_ts"]] for p in parts if p is not None and len(p)])
+    return df["start_ts"].to_numpy() + shift, df["end_ts"].to_numpy() + shift
+
+
+def _assert_spans_hold_rows(d, t, r):
+    """Each instruction lies in exactly one execution span; counts match row_count; the spans
+    are tight over instructions + DMA packets + collectives when the DMA tables are there."""
+    ex = _read(d, "ExecutionInfo").sort_values("execution_index")
+    a, b = ex["execution_start_ts"].to_numpy(), ex["execution_end_ts"].to_numpy()
+    assert (a[1:] > b[:-1]).all()  # executions do not overlap
+    s, e = _rows_in_exec_time(d, t, r)
+    inside = (s[:, None] >= a) & (e[:, None] <= b)
+    assert (inside.sum(axis=1) == 1).all(), f"{(inside.sum(axis=1) != 1).sum()} rows outside"
+    # row_count leaves out the EVENT_SEMAPHORE wait rows of the semaphore_instructions variant
+    per, want = inside.sum(axis=0), ex["row_count"].to_numpy()
+    assert (per >= want).all() and per.sum() == want.sum() + t["semaphore_wait_rows"][str(r)]
+    pk = _read(d, "DmaPacket")
+    if pk is not None and len(pk):
+        s, e = _rows_in_exec_time(d, t, r, ("Instruction", "DmaPacket", "CcOp", "CcInstruction"))
+        k = np.searchsorted(a, s, side="right") - 1
+        g = pd.DataFrame({"k": k, "s": s, "e": e}).groupby("k").agg(s=("s", "min"), e=("e", "max"))
+        assert g["s"].tolist() == a.tolist() and g["e"].tolist() == b.tolist()
+
+
+@pytest.mark.parametrize("name", sorted(ndw.SCENARIOS))
+def test_execution_spans_on_profile_start_base(scenario, name):
+    """Default base: execution times = true time - profile start (not minus it twice), so on the
+    relative Parquet base an execution's span holds exactly its instructions."""
+    tmp_path, t = scenario(name)
+    assert "execution_time_base" not in t["variation"]  # default: truth as before the option
+    sim = t["executions"]["simulated"]
+    assert t["executions"]["repeats"] == 1
+    for r in t["ranks"]:
+        d = _pdir(tmp_path, t, r)
+        ex = _read(d, "ExecutionInfo").sort_values("execution_index")
+        ps = t["time"]["profile_start_true_ns"][str(r)]
+        assert ex["execution_start_ts"].tolist() == [x["start_true_ns"][str(r)] - ps for x in sim]
+        assert ex["execution_end_ts"].tolist() == [x["end_true_ns"][str(r)] - ps for x in sim]
+        # the profile start is Metadata.first_hw_timestamp (device clock)
+        md = _read(d, "Metadata").iloc[0]
+        assert md["first_hw_timestamp"] == ps + t["time"]["clock_offset_ns"][str(r)]
+        ins = _read(d, "Instruction")
+        first = ins["start_ts"].min() - t["time"]["written_ts_offset_ns"]["parquet"][str(r)]
+        assert ex["execution_start_ts"].iloc[0] == first - ps > 0  # the lead before the rows
+        _assert_spans_hold_rows(d, t, r)
+
+
+@pytest.mark.parametrize("name", ["clean", "straggler", "session_capture", "pipeline_1f1b"])
+def test_execution_time_base_first_event(tmp_path, scenario, name):
+    """first_event: execution 0 starts at 0 (the first written row); only ExecutionInfo (and
+    the truth's time notes) differ from the default."""
+    out_def, t_def = scenario(name)
+    t = ndw.write_scenario(
+        name, str(tmp_path), formats=("parquet", "json"), execution_time_base="first_event"
+    )
+    assert t["variation"]["execution_time_base"] == "first_event"
+    assert t["time"]["execution_time_base"] == "first_event"
+    sim = t["executions"]["simulated"]
+    for r in t["ranks"]:
+        d, d_def = _pdir(str(tmp_path), t, r), _pdir(out_def, t_def, r)
+        ex = _read(d, "ExecutionInfo").sort_values("execution_index")
+        ex_def = _read(d_def, "ExecutionInfo").sort_values("execution_index")
+        first_true = sim[0]["start_true_ns"][str(r)]
+        assert t["time"]["execution_ts_offset_ns"][str(r)] == -first_true
+        assert ex["execution_start_ts"].iloc[0] == 0
+        assert ex["execution_end_ts"].tolist() == [
+            x["end_true_ns"][str(r)] - first_true for x in sim
+        ]
+        # earlier than the default by the lead: first row minus Metadata.first_hw_timestamp
+        lead = first_true - t["time"]["profile_start_true_ns"][str(r)]
+        assert lead > 0
+        for c in ("execution_start_ts", "execution_end_ts"):
+            assert (ex_def[c].to_numpy() - ex[c].to_numpy() == lead).all()
+        for c in ("execution_index", "neff_name", "num_subgraphs", "row_count"):
+            assert ex[c].tolist() == ex_def[c].tolist()
+        # 0 is the earliest timestamp of any written row of the rank
+        off = t["time"]["written_ts_offset_ns"]["parquet"][str(r)]
+        mins = [
+            df[c].min()
+            for f in ("Instruction", "DmaPacket", "DmaPacketAggregated", "CcOp", "ActiveTime")
+            if (df := _read(d, f)) is not None and len(df)
+            for c in ("start_ts",)
+        ]
+        assert min(mins) - off == first_true
+        _assert_spans_hold_rows(d, t, r)
+    # every other file is byte-identical to the default preset
+    for root, _dirs, files in os.walk(tmp_path):
+        for f in files:
+            if f.startswith("ExecutionInfo") or f == "truth.json":
+                continue
+            p = os.path.join(root, f)
+            q = os.path.join(out_def, os.path.relpath(p, tmp_path))
+            assert _bytes(p) == _bytes(q), p
+    with pytest.raises(ValueError):
+        ndw.simulate("clean", execution_time_base="capture")
+
+
+def test_execution_spans_tiled_copies(tmp_path):
+    """Repeated executions (scale): each copy's span holds that copy's instructions."""
+    for base in ("first_hw_timestamp", "first_event"):
+        t = ndw.write_job(
+            str(tmp_path / base),
+            ranks=2,
+            layers=2,
+            formats=("parquet",),
+            scale="5k",
+            parquet_time_base="device",
+            execution_time_base=base,
+        )
+        assert t["executions"]["repeats"] > 2
+        for r in t["ranks"]:
+            d = _pdir(str(tmp_path / base), t, r)
+            assert len(_read(d, "ExecutionInfo")) == t["executions"]["total_executions"]
+            _assert_spans_hold_rows(d, t, r)
+
+
+@pytest.mark.parametrize("name", ["slow_weight_dma", "tp_exposed_allreduce", "session_capture"])
+def test_json_layer_summary_per_execution(scenario, name):
+    """layer_summary: per layer, the sum over executions of the span of its instructions in
+    that execution (executions placed with the truth, in JSON time)."""
+    tmp_path, t = scenario(name)
+    sim = t["executions"]["simulated"]
+    for r in t["ranks"]:
+        doc = _load(os.path.join(tmp_path, t["files"]["json"][str(r)]))
+        off = t["time"]["written_ts_offset_ns"]["json"][str(r)]
+        ins = pd.DataFrame(doc["instruction"]).dropna(subset=["layer"])
+        ins["end"] = ins["timestamp"] + ins["duration"]
+        starts = np.array([x["start_true_ns"][str(r)] + off for x in sim])
+        ins["k"] = np.searchsorted(starts, ins["timestamp"].to_numpy(), side="right") - 1
+        per = ins.groupby(["layer", "k"]).agg(s=("timestamp", "min"), e=("end", "max"))
+        want = (per["e"] - per["s"]).groupby(level=0).sum()
+        got = pd.DataFrame(doc["layer_summary"]).set_index("layer")
+        assert got["duration"].to_dict() == want.to_dict()
+        assert got["instruction_count"].to_dict() == ins.groupby("layer").size().to_dict()
