@@ -54,6 +54,7 @@ class HostBoundGaps(Rule):
         from tracediag.analysis.intervals import interval_overlap
         from tracediag.analysis.peers import device_ranks
         from tracediag.graph.replay import WhatIf
+        from tracediag.rules.hst402_host_device_syncs import warmup_note
         from tracediag.whatif.saving_limit import limit_clause
 
         seg = ctx.path.segments
@@ -112,7 +113,10 @@ class HostBoundGaps(Rule):
             lo, hi = int(idle_lo[members].min()), int(g.start[n].max())
             # the path's host time in the stalls' idle tails (their union: ranks overlap)
             impact = int(interval_overlap(hs, he, idle_lo[members], g.start[n]).sum())
-            change = WhatIf.gaps(n, np.maximum(typical[members], busy[members]))
+            # The host resumes when the device work it may wait for ends (``busy`` into the
+            # gap), then takes its typical delay: the change removes the stall's excess over
+            # the typical delay and no more (the wait is kept, not traded for the delay).
+            change = WhatIf.gaps(n, busy[members] + typical[members])
             saving = ctx.what_if(change)
             if max(ctx.pct(impact), ctx.pct(saving)) < opts["min_impact_pct"]:
                 continue
@@ -137,7 +141,8 @@ class HostBoundGaps(Rule):
                     ctx.share(impact),
                     int(device_works[members].sum()),
                 )
-                + f" With the host's typical delay the step would be {fmt_ns(saving)} shorter{why}.",
+                + f" With the host's typical delay the step would be {fmt_ns(saving)} shorter{why}."
+                + warmup_note(ctx, ranks, lo, hi),
                 ranks=ranks,
                 engine="cpu",
                 layer=layer,
@@ -163,13 +168,25 @@ class HostBoundGaps(Rule):
             )
         if not found:
             impact = int(host["dur_ns"].sum())
+            # host time blocked in calls that wait for the device is HST402's, not launching
+            from tracediag.rules.hst402_host_device_syncs import HostDeviceSyncs, blocking_syncs
+
+            _, s_lo, s_hi = blocking_syncs(ctx, HostDeviceSyncs.options["min_call_ns"])
+            synced = int(interval_overlap(s_lo, s_hi, hs, he).sum()) if len(s_lo) else 0
+            rest = (
+                f"; {fmt_ns(synced)} of it blocked in calls that wait for the device (HST402), "
+                f"the other {fmt_ns(impact - synced)} evenly"
+                if synced
+                else ", evenly"
+            )
             yield ctx.finding(
                 self,
                 severity=Severity.INFO,
                 message=(
                     f"The critical path spends {fmt_ns(impact)} ({ctx.share(impact)}) on the host side "
-                    "(launch calls, launch latency, CPU time between launches, syncs), evenly: no single stall "
-                    "stands out, so the step is launch-bound rather than stalled."
+                    f"(launch calls, launch latency, CPU time between launches, syncs){rest}: no single "
+                    "gap between launches stands out as a stall."
+                    + ("" if synced else " The step is launch-bound rather than stalled.")
                 ),
                 ranks=tuple(sorted(int(r) for r in host["rank"].unique() if r >= 0)),
                 engine="cpu",

@@ -34,7 +34,7 @@ from tracediag.graph.inferred_edges import infer_edges
 from tracediag.graph.replay import WhatIf, joint, replay
 from tracediag.model import schema as S
 from tracediag.model.findings import Finding, Severity
-from tracediag.model.wording import share_of_path
+from tracediag.model.wording import share_of_path, share_of_steps
 
 
 @dataclass
@@ -150,15 +150,25 @@ class Analysis:
         base = max(self.length_ns, self._steps_on_path_ns)
         return round(100.0 * ns / base, 2) if base else 0.0
 
-    @cached_property
+    @property
     def _steps_on_path_ns(self) -> int:
         """The most any rank's steps that overlap the path's window take, summed (0 without)."""
+        return self._steps_on_path[0]
+
+    @cached_property
+    def _steps_on_path(self) -> tuple[int, int]:
+        """(ns, count) of the steps of the rank whose steps overlapping the path's window take
+        longest; (0, 0) without steps."""
         rs, seg = self.rank_steps, self.path.segments
         if rs is None or not len(rs) or not len(seg):
-            return 0
+            return 0, 0
         lo, hi = int(seg["start_ns"].min()), int(seg["end_ns"].max())
         on = (rs["end_ns"].to_numpy() > lo) & (rs["start_ns"].to_numpy() < hi)
-        return int(rs.loc[on].groupby("rank")["step_ns"].sum().max()) if on.any() else 0
+        if not on.any():
+            return 0, 0
+        per_rank = rs.loc[on].groupby("rank")["step_ns"].agg(["sum", "size"])
+        top = per_rank.loc[per_rank["sum"].idxmax()]
+        return int(top["sum"]), int(top["size"])
 
     @property
     def n_steps(self) -> int:
@@ -167,9 +177,16 @@ class Analysis:
         return max(self.steps.values(), default=1) if self.steps else 1
 
     def share(self, ns: float) -> str:
-        """``ns`` as a share of what the path covers, for messages: ``"12.5% of the step"``,
-        or ``"53.68% of the 5-step critical path"`` over several steps (wording.py)."""
-        return share_of_path(self.pct(ns), self.n_steps)
+        """``ns`` as a share, for messages, of the same base as :meth:`cost_pct` (severities):
+        of the steps the path runs through when they are longer than it (``"2.03% of the
+        step"``: 64 µs of a 3.154 ms step whose path is 263 µs), else of what the path covers
+        (``"12.5% of the step"``, ``"53.68% of the 5-step critical path"``; wording.py)."""
+        steps_ns, count = self._steps_on_path
+        if steps_ns > self.length_ns:
+            return share_of_steps(self.cost_pct(ns), count)
+        # a recorded step shorter than the path (qwen: 47.15 ms step, 49.65 ms path) is not
+        # the base: the share is of the path, and says so
+        return share_of_path(self.pct(ns), self.n_steps, 0 < steps_ns < self.length_ns)
 
     @cached_property
     def _body_node_by_event(self) -> np.ndarray:

@@ -86,10 +86,19 @@ def typical_pace(direction: str, on_stream: bool) -> str:
     return f"the stream's typical bandwidth for {DIRECTION_WORDS.get(direction, 'copies')}"
 
 
-def share_of_path(pct: float, n_steps: int) -> str:
+def share_of_path(pct: float, n_steps: int, longer_than_step: bool = False) -> str:
     """``"12.5% of the step"`` when the critical path is one step; ``"53.68% of the 5-step
     critical path"`` when it spans several, where a share of "the step" would read as a share
-    of one step's time and could pass 100% of it."""
+    of one step's time and could pass 100% of it; ``"6.62% of the critical path"`` for one
+    step the path outlasts (``longer_than_step``: the step is not the base)."""
     if n_steps > 1:
         return f"{pct}% of the {n_steps}-step critical path"
+    return f"{pct}% of the critical path" if longer_than_step else f"{pct}% of the step"
+
+
+def share_of_steps(pct: float, n_steps: int) -> str:
+    """``"2.03% of the step"`` or ``"4.1% of the 5 steps"``: a share of the steps' own time
+    (the critical path is shorter than them: it starts at the first launch)."""
+    if n_steps > 1:
+        return f"{pct}% of the {n_steps} steps"
     return f"{pct}% of the step"
