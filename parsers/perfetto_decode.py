@@ -15,6 +15,7 @@ Interned entries always precede their use, so names are resolved as the packets 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,9 +23,11 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import infer_dtype
 
+from tracediag.io.compiled import compiled
+from tracediag.io.files import GZIP_MAGIC
 from tracediag.parsers import perfetto_fast as F
 from tracediag.parsers import perfetto_wire as Wire
-from tracediag.parsers.perfetto_stream import decoded, frames
+from tracediag.parsers.perfetto_stream import FramingError, decoded, frames, scan_records
 
 SEQ_INCREMENTAL_STATE_CLEARED = 1
 SEQ_NEEDS_INCREMENTAL_STATE = 2
@@ -89,22 +92,90 @@ def decode(path: Path, wanted: frozenset[str]) -> Decoded:
     loop = _Slow(wanted)
     fast: list[F.FastEvents] = []
     first_record = 0
-    for buf, records, base in frames(path, counts):
-        bounds = np.array(records, dtype=np.int64).reshape(-1, 3)
+    kernels = _kernels() if _compiled_pays(path) else None
+    scan = _compiled_scan(kernels.scan) if kernels else scan_records
+    for buf, records, base in frames(path, counts, scan):
+        bounds = np.asarray(records, dtype=np.int64).reshape(-1, 3)
         wire = Wire.Buffer(buf)
-        shapes = F.shapes(wire, bounds[:, 1], bounds[:, 2])
-        record_pos = (first_record + np.arange(len(records), dtype=np.int64)) << F.SUB_BITS
-        first_record += len(records)
-        slow = np.flatnonzero(shapes.slow)
-        picked = [records[i] for i in slow.tolist()]  # the slow records, in order
+        if kernels:
+            slow, *matrices = kernels.walk(wire.bytes, bounds[:, 1], bounds[:, 2])
+            wired = F.compiled_wired(slow, *matrices)
+        else:
+            shapes = F.shapes(wire, bounds[:, 1], bounds[:, 2])
+            slow = shapes.slow
+        record_pos = (first_record + np.arange(len(bounds), dtype=np.int64)) << F.SUB_BITS
+        first_record += len(bounds)
+        slow = np.flatnonzero(slow)
+        picked = [tuple(r) for r in bounds[slow].tolist()]  # the slow records, in order
         last, sub = -1, 0
         for i, _, packet in decoded(path, buf, picked, base, counts):
             sub = sub + 1 if i == last else 0  # packets of one compressed bundle
             last = i
             loop.packet(int(record_pos[slow[i]]) + sub, packet)
-        if len(slow) < len(records):
-            fast.append(F.events(wire, shapes, record_pos, loop.log, loop.canon))
+        if len(slow) < len(bounds):
+            if not kernels:
+                wired = F.wired(shapes)
+            fast.append(F.events(wire, wired, record_pos, loop.log, loop.canon, kernels))
     return loop.finish(fast, counts)
+
+
+#: Files of this many decompressed bytes and more are walked by the compiled kernels
+#: (:mod:`perfetto_kernel`): the numpy walk reads ~30 MB/s, and numba's import and loading the
+#: cached machine code cost ~0.35 CPU s the first time in a process (compiling it, once per
+#: installation, several seconds more). Once loaded, the kernels serve every file.
+COMPILE_ABOVE_BYTES = 16 << 20
+
+
+def _compiled_pays(path: Path) -> bool:
+    if _kernels.cache_info().currsize:  # already loaded (or known unusable) in this process
+        return True
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            if size >= 18:
+                f.seek(0)
+                if f.read(2) == GZIP_MAGIC:  # the trailer's ISIZE: the content's size mod 2**32
+                    f.seek(-4, 2)
+                    size = max(size, int.from_bytes(f.read(4), "little"))
+    except OSError:
+        return False  # the reading reports it
+    return size >= COMPILE_ABOVE_BYTES
+
+
+@functools.cache
+def _kernels() -> F.Kernels | None:
+    """The compiled kernels, or None where numba is missing or cannot compile them (the numpy
+    walk and the interpreted scan give the same records and columns)."""
+    z, one = np.zeros(32, dtype=np.uint8), np.ones(1, dtype=np.int64)
+    samples = {
+        "walk": (z, one - 1, one * 4), "scan": (z, 32), "pack": (z, one, one),
+        "name_codes": (z, one, one),
+    }  # fmt: skip
+    kernels = {}
+    for name, sample in samples.items():
+        kernels[name] = compiled(f"tracediag.parsers.perfetto_kernel:{name}", *sample)
+        if kernels[name] is None:
+            return None
+    return F.Kernels(**kernels)
+
+
+def _compiled_scan(kernel):
+    """:func:`perfetto_stream.scan_records` with its common path compiled: the records as an
+    ``(n, 3)`` array. What the kernel does not read (other top-level fields, framing errors)
+    is read by ``scan_records`` from where the kernel stopped, to the end of the buffer."""
+
+    def scan(buf: bytes, counts: dict[str, int]):
+        records, pos, other = kernel(np.frombuffer(buf, dtype=np.uint8), len(buf))
+        if not other:
+            return records, int(pos)
+        try:
+            rest, used = scan_records(buf[pos:], counts)  # a copy of the rest: rare
+        except FramingError as exc:
+            raise FramingError(pos + exc.offset, exc.problem) from None
+        rest = np.array(rest, dtype=np.int64).reshape(-1, 3) + pos
+        return np.concatenate([records, rest]), int(pos + used)
+
+    return scan
 
 
 class _Slow:

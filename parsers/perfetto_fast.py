@@ -11,11 +11,17 @@ protobuf loop of :mod:`perfetto_decode` reads it, in file order, and records the
 it leaves (:class:`SequenceLog`). A fast packet then takes the state of the last slow packet of
 its sequence before it, and its interned ids resolve to the latest entry of the same sequence
 generation written before it (:func:`asof`): the values the protobuf loop would have used.
+
+The wire fields of the fast packets come as :class:`Wired` columns, from the numpy walk here
+(:func:`shapes`, :func:`wired`) or, on big files, from the compiled one of ``perfetto_kernel``
+(:func:`compiled_wired`); :func:`events` resolves either against the sequence log.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -197,20 +203,25 @@ def asof(ek1, ek2, epos, qk1, qk2, qpos) -> np.ndarray:
     return out
 
 
-def texts(buf: W.Buffer, start: np.ndarray, length: np.ndarray) -> np.ndarray:
+def texts(buf: W.Buffer, start: np.ndarray, length: np.ndarray, kernels=None) -> np.ndarray:
     """The strings at the spans, as protobuf gives proto2 strings (str; bytes if not UTF-8):
-    one decode and one split for all of them, by a separator none of them holds."""
+    one decode and one split for all of them, by a separator none of them holds (packed by
+    numpy, or by ``kernels.pack`` where the compiled kernels are loaded)."""
     n = len(start)
     out = np.empty(n, dtype=object)
     if not n:
         return out
-    offset = np.cumsum(length) - length  # where each string starts, packed
-    total = int(length.sum())
-    within = np.arange(total) - np.repeat(offset, length)
-    chars = buf.bytes[np.repeat(start, length) + within]
-    joined = np.zeros(total + n, dtype=np.uint8)  # a NUL after each string
-    joined[np.repeat(offset + np.arange(n), length) + within] = chars
-    if not np.any(chars == 0):
+    if kernels is not None:
+        joined, nul = kernels.pack(buf.bytes, start, length)
+    else:
+        offset = np.cumsum(length) - length  # where each string starts, packed
+        total = int(length.sum())
+        within = np.arange(total) - np.repeat(offset, length)
+        chars = buf.bytes[np.repeat(start, length) + within]
+        joined = np.zeros(total + n, dtype=np.uint8)  # a NUL after each string
+        joined[np.repeat(offset + np.arange(n), length) + within] = chars
+        nul = np.any(chars == 0)
+    if not nul:
         try:
             out[:] = np.array(joined.tobytes().decode("utf-8").split("\x00")[:n], dtype=object)
             return out
@@ -301,117 +312,258 @@ def _state(log: SequenceLog, seq: np.ndarray, pos: np.ndarray):
     return context, valid, track, clock
 
 
-def events(
-    buf: W.Buffer, sh: Shapes, record_pos: np.ndarray, log: SequenceLog, canon
-) -> FastEvents:
-    """Decode the fast packets of a chunk (:func:`shapes`) against the slow loop's ``log``;
-    ``canon(names)`` gives each annotation name's wanted lower-case name or ""."""
-    p, e = sh.packet, sh.event
-    n, ne = len(sh.slow), len(sh.event_packet)
+@dataclass
+class Wired:
+    """What the wire gives of one chunk's fast packets, by the numpy walk (:func:`wired`) or the
+    compiled one (:func:`compiled_wired`): per fast packet with a track event (in record order),
+    its packet's and event's fields; the debug annotations of those events, their value rows
+    and their flow points, each in the protobuf reader's order."""
+
+    packets: int  # fast packets, with a track event or not
+    record: np.ndarray  # the packet's record index in the chunk
+    seq: np.ndarray  # uint64 fields below; 0 when absent
+    flags: np.ndarray
+    ts: np.ndarray
+    has_ts: np.ndarray
+    clock: np.ndarray  # int64
+    kind: np.ndarray
+    uuid: np.ndarray
+    has_uuid: np.ndarray
+    name_iid: np.ndarray
+    name_at: np.ndarray  # the inline name's span (length -1: none)
+    name_len: np.ndarray
+    cat_at: np.ndarray  # the inline category's span (length -1: none)
+    cat_len: np.ndarray
+    corr: np.ndarray
+    ann_event: np.ndarray  # per annotation: its event's row above
+    ann_name_at: np.ndarray  # its inline name (length 0: none or "": the interned one)
+    ann_name_len: np.ndarray
+    ann_iid: np.ndarray
+    val_ann: np.ndarray  # per value row: its annotation; own value, array values, entries
+    val_field: np.ndarray
+    val_value: np.ndarray  # varint or fixed64; a string's length
+    val_data: np.ndarray  # a string's start
+    flow_event: np.ndarray  # per flow point: flow_ids, terminating, then the old fields
+    flow_id: np.ndarray
+    flow_terminating: np.ndarray
+
+
+def wired(sh: Shapes) -> Wired:
+    """The :class:`Wired` columns of a chunk walked by :func:`shapes`."""
+    p, e, a, x = sh.packet, sh.event, sh.annotation, sh.element
+    n, ne, na = len(sh.slow), len(sh.event_packet), len(sh.annotation_event)
     u0 = np.uint64(0)
-    seq = W.last_per(p.msg, p.of(10, _W0), p.value, n, u0)
-    flags = W.last_per(p.msg, p.of(13, _W0), p.value, n, u0)
-    ts = W.last_per(p.msg, p.of(8, _W0), p.value, n, u0)
-    has_ts = W.count_per(p.msg, p.of(8, _W0), n) > 0
-    clock_id = W.last_per(p.msg, p.of(58, _W0), p.value, n, u0).astype(np.int64)
     fast = np.flatnonzero(~sh.slow)
     row = sh.event_of_packet[fast]
     pk, er = fast[row >= 0], row[row >= 0]  # fast packets with a track event, and the event
-    context, valid, track_default, clock_default = _state(log, seq[pk], record_pos[pk])
-    kind = W.last_per(e.msg, e.of(9, _W0), e.value, ne, u0)[er]
-    lost = ((flags[pk] & np.uint64(2)) != 0) & ~valid
-    counter = ~lost & (kind == 4)
-    untimed = ~lost & ~counter & ~has_ts[pk]
-    keep = ~lost & ~counter & ~untimed
-    pk, er, context = pk[keep], er[keep], context[keep]
-    pos = record_pos[pk]
-    uuid = W.last_per(e.msg, e.of(11, _W0), e.value, ne, u0)[er]
-    has_uuid = (W.count_per(e.msg, e.of(11, _W0), ne) > 0)[er]
-    use_default = (uuid == 0) & (track_default[keep] != 0) & ~has_uuid
-    inline = e.of(23, _W2)
-    name_at = np.full(ne, -1, dtype=np.int64)
-    name_at[e.msg[inline]] = inline
-    name_iid = W.last_per(e.msg, e.of(10, _W0), e.value, ne, u0)[er]
-    name = log.lookup("names", context, name_iid, pos, None)
-    own = name_at[er] >= 0
-    rows = name_at[er][own]
-    name[own] = texts(buf, e.data[rows], e.value[rows].astype(np.int64))
-    cat = np.full(len(er), None, dtype=object)
-    rows = e.of(22, _W2)
-    cat_at = np.full(ne, -1, dtype=np.int64)
-    cat_at[e.msg[rows]] = rows
-    rows = cat_at[er][cat_at[er] >= 0]
-    cat[cat_at[er] >= 0] = texts(buf, e.data[rows], e.value[rows].astype(np.int64))
-    corr = W.last_per(e.msg, e.of(52, _W0), e.value, ne, u0)[er].view(np.int64)
-    clock = clock_id[pk]
+
+    def packet_field(number: int) -> np.ndarray:
+        return W.last_per(p.msg, p.of(number, _W0), p.value, n, u0)[pk]
+
+    def event_field(number: int, wire: int = _W0) -> np.ndarray:
+        return W.last_per(e.msg, e.of(number, wire), e.value, ne, u0)[er]
+
+    def span(number: int) -> tuple[np.ndarray, np.ndarray]:
+        rows = e.of(number, _W2)
+        at = np.zeros(ne, dtype=np.int64)
+        length = np.full(ne, -1, dtype=np.int64)
+        at[e.msg[rows]], length[e.msg[rows]] = e.data[rows], e.value[rows].astype(np.int64)
+        return at[er], length[er]
+
+    name_at, name_len = span(23)
+    cat_at, cat_len = span(22)
+    event_row = np.full(ne, -1, dtype=np.int64)
+    event_row[er] = np.arange(len(er))
+    # Annotations of these events, in order, and their value rows.
+    ae = event_row[sh.annotation_event]
+    mine = np.flatnonzero(ae >= 0)
+    inline = a.of(10, _W2)
+    ann_at = np.zeros(na, dtype=np.int64)
+    ann_len = np.zeros(na, dtype=np.int64)
+    ann_at[a.msg[inline]], ann_len[a.msg[inline]] = a.data[inline], a.value[inline]
+    iid = W.last_per(a.msg, a.of(1, _W0), a.value, na, u0)
+    ann_row = np.full(na, -1, dtype=np.int64)
+    ann_row[mine] = np.arange(len(mine))
+    a_val = np.flatnonzero(_in(a.field, tuple(_VALUES)))
+    a_val = a_val[ae[a.msg[a_val]] >= 0]
+    x_val = np.flatnonzero(_in(x.field, tuple(_VALUES)))
+    owner_x = sh.element_annotation[x.msg[x_val]]
+    x_val, owner_x = x_val[ae[owner_x] >= 0], owner_x[ae[owner_x] >= 0]
+    owner = np.concatenate([a.msg[a_val], owner_x])
+    sub = np.concatenate([np.zeros(len(a_val), np.int64), 1 + sh.element_order[x.msg[x_val]]])
+    order = np.lexsort((sub, owner))
+    # Flow points: flow_ids, terminating_flow_ids, then the old fields, each in wire order.
+    groups = {47: (0, False), 48: (1, True), 36: (2, False), 42: (3, True)}
+    rows = np.flatnonzero(_in(e.field, tuple(groups)) & (event_row[e.msg] >= 0))
+    group = np.select([e.field[rows] == k for k in groups], [g for g, _ in groups.values()])
+    rows = rows[np.lexsort((rows, group, e.msg[rows]))]
+    return Wired(
+        packets=len(fast),
+        record=pk,
+        seq=packet_field(10),
+        flags=packet_field(13),
+        ts=packet_field(8),
+        has_ts=(W.count_per(p.msg, p.of(8, _W0), n) > 0)[pk],
+        clock=packet_field(58).astype(np.int64),
+        kind=event_field(9),
+        uuid=event_field(11),
+        has_uuid=(W.count_per(e.msg, e.of(11, _W0), ne) > 0)[er],
+        name_iid=event_field(10),
+        name_at=name_at,
+        name_len=name_len,
+        cat_at=cat_at,
+        cat_len=cat_len,
+        corr=event_field(52),
+        ann_event=ae[mine],
+        ann_name_at=ann_at[mine],
+        ann_name_len=ann_len[mine],
+        ann_iid=iid[mine],
+        val_ann=ann_row[owner[order]],
+        val_field=np.concatenate([a.field[a_val], x.field[x_val]])[order],
+        val_value=np.concatenate([a.value[a_val], x.value[x_val]])[order],
+        val_data=np.concatenate([a.data[a_val], x.data[x_val]])[order],
+        flow_event=event_row[e.msg[rows]],
+        flow_id=e.value[rows],
+        flow_terminating=_in(e.field[rows], (48, 42)),
+    )
+
+
+def compiled_wired(slow: np.ndarray, E, A, V, F) -> Wired:
+    """The :class:`Wired` columns from the compiled walk's matrices (see ``perfetto_kernel``;
+    its row numbers are repeated here so that this module never imports numba)."""
+    i64 = np.int64
+    return Wired(
+        packets=int(len(slow) - np.count_nonzero(slow)),
+        record=E[0].astype(i64),
+        seq=E[1],
+        flags=E[2],
+        ts=E[3],
+        has_ts=E[4] != 0,
+        clock=E[5].astype(i64),
+        kind=E[6],
+        uuid=E[7],
+        has_uuid=E[8] != 0,
+        name_iid=E[9],
+        name_at=E[10].astype(i64),
+        name_len=E[11].astype(i64) - 1,
+        cat_at=E[12].astype(i64),
+        cat_len=E[13].astype(i64) - 1,
+        corr=E[14],
+        ann_event=A[0].astype(i64),
+        ann_name_at=A[1].astype(i64),
+        ann_name_len=A[2].astype(i64),
+        ann_iid=A[3],
+        val_ann=V[0].astype(i64),
+        val_field=V[1].astype(i64),
+        val_value=V[2],
+        val_data=V[3].astype(i64),
+        flow_event=F[0].astype(i64),
+        flow_id=F[1],
+        flow_terminating=F[2] != 0,
+    )
+
+
+class Kernels(NamedTuple):
+    """The compiled kernels (``perfetto_kernel``), where loaded: the same results as the numpy
+    code they stand in for."""
+
+    walk: Callable
+    scan: Callable
+    pack: Callable
+    name_codes: Callable
+
+
+def events(
+    buf: W.Buffer, w: Wired, record_pos: np.ndarray, log: SequenceLog, canon, kernels=None
+) -> FastEvents:
+    """Decode a chunk's fast packets (:class:`Wired`) against the slow loop's ``log``;
+    ``canon(names)`` gives each annotation name's wanted lower-case name or ""; ``kernels``:
+    the compiled :class:`Kernels`, or None."""
+    pos = record_pos[w.record]
+    context, valid, track_default, clock_default = _state(log, w.seq, pos)
+    lost = ((w.flags & np.uint64(2)) != 0) & ~valid
+    counter = ~lost & (w.kind == 4)
+    untimed = ~lost & ~counter & ~w.has_ts
+    keep = np.flatnonzero(~lost & ~counter & ~untimed)
+    pos, context = pos[keep], context[keep]
+    uuid = w.uuid[keep]
+    use_default = (uuid == 0) & (track_default[keep] != 0) & ~w.has_uuid[keep]
+    name = log.lookup("names", context, w.name_iid[keep], pos, None)
+    length = w.name_len[keep]
+    own = length >= 0
+    name[own] = texts(buf, w.name_at[keep][own], length[own], kernels)
+    cat = np.full(len(keep), None, dtype=object)
+    length = w.cat_len[keep]
+    own = length >= 0
+    cat[own] = texts(buf, w.cat_at[keep][own], length[own], kernels)
+    corr = w.corr[keep].view(np.int64)
+    clock = w.clock[keep]
     out_events = {
         "pos": pos,
-        "ts": ts[pk].view(np.int64),
+        "ts": w.ts[keep].view(np.int64),
         "clock": np.where(clock != 0, clock, clock_default[keep]),
-        "type": kind[keep].astype(np.int8),
+        "type": w.kind[keep].astype(np.int8),
         "track": np.where(use_default, track_default[keep], uuid),
         "name": name,
         "cat": cat,
-        "dur": np.full(len(er), -1, dtype=np.int64),
+        "dur": np.full(len(keep), -1, dtype=np.int64),
         "corr": np.where(corr != 0, corr, -1),
     }
-    kept_event = np.full(ne, -1, dtype=np.int64)
-    kept_event[er] = np.arange(len(er))
+    kept_event = np.full(len(w.record), -1, dtype=np.int64)
+    kept_event[keep] = np.arange(len(keep))
     return FastEvents(
-        len(fast), int(lost.sum()), int(counter.sum()), int(untimed.sum()), out_events,
-        _annotations(buf, sh, kept_event, pos, context, log, canon),
-        _flows(e, kept_event, pos),
+        w.packets, int(lost.sum()), int(counter.sum()), int(untimed.sum()), out_events,
+        _annotations(buf, w, kept_event, pos, context, log, canon, kernels),
+        _flows(w, kept_event, pos),
     )  # fmt: skip
 
 
-def _annotations(buf, sh: Shapes, kept_event, pos, context, log: SequenceLog, canon) -> dict:
+def _annotations(buf, w: Wired, kept_event, pos, context, log: SequenceLog, canon, kernels):
     """The wanted annotations of the kept events (values, and elements of valueless ones)."""
-    a, x = sh.annotation, sh.element
-    na = len(sh.annotation_event)
-    ev = kept_event[sh.annotation_event]  # per annotation: its kept event, or -1
-    mine = np.flatnonzero(ev >= 0)
-    u0 = np.uint64(0)
+    na = len(w.ann_event)
+    ev = kept_event[w.ann_event]  # per annotation: its kept event, or -1
+    mine = ev >= 0
     # Names: inline text, else the interned name of the sequence generation ("" if missing).
     # Each distinct name is matched against ``canon`` once: inline names by their byte codes,
     # interned ones (looked up only where no inline name is) by their few distinct values.
-    inline = a.of(10, _W2)
-    inline = inline[(ev[a.msg[inline]] >= 0) & (a.value[inline] > 0)]  # "": the interned name
+    inline = np.flatnonzero(mine & (w.ann_name_len > 0))  # "": the interned name
     name = np.full(na, "", dtype=object)
     want = np.zeros(na, dtype=bool)  # per annotation: its name is wanted (``name`` not "")
-    has_inline = np.zeros(na, dtype=bool)
-    has_inline[a.msg[inline]] = True
-    by_iid = mine[~has_inline[mine]]
+    by_iid = np.flatnonzero(mine & (w.ann_name_len <= 0))
     if len(by_iid):
-        iid = W.last_per(a.msg, a.of(1, _W0), a.value, na, u0)
-        key = log.lookup("annotation_names", context[ev[by_iid]], iid[by_iid], pos[ev[by_iid]], "")
+        key = log.lookup(
+            "annotation_names", context[ev[by_iid]], w.ann_iid[by_iid], pos[ev[by_iid]], ""
+        )
         codes, uniq = pd.factorize(key)
         wanted = np.array([canon(k) for k in uniq] + [""], dtype=object)[:-1]
         name[by_iid], want[by_iid] = wanted[codes], (wanted != "")[codes]
     if len(inline):
-        distinct = distinct_names(buf, a.data[inline], a.value[inline].astype(np.int64))
+        at, length = w.ann_name_at[inline], w.ann_name_len[inline]
+        if kernels is not None:
+            codes, first = kernels.name_codes(buf.bytes, at, length)
+            distinct = (
+                codes,
+                [
+                    buf.bytes[a : a + m].tobytes().decode("utf-8", "replace")
+                    for a, m in zip(at[first].tolist(), length[first].tolist(), strict=True)
+                ],
+            )  # a loop over distinct names
+        else:
+            distinct = distinct_names(buf, at, length)
         if distinct is None:  # a hash collision: decode each name
             names = [
                 buf.bytes[s : s + m].tobytes().decode("utf-8", "replace")
-                for s, m in zip(a.data[inline].tolist(), a.value[inline].tolist(), strict=True)
+                for s, m in zip(at.tolist(), length.tolist(), strict=True)
             ]
             codes = np.arange(len(names))
         else:
             codes, names = distinct
         wanted = np.array([canon(k) for k in names] + [""], dtype=object)[:-1]
-        name[a.msg[inline]], want[a.msg[inline]] = wanted[codes], (wanted != "")[codes]
-    # Value rows: annotations with a value, and elements (of valueless annotations) with one.
-    a_val = np.flatnonzero(_in(a.field, tuple(_VALUES)))
-    a_val = a_val[want[a.msg[a_val]]]
-    x_val = np.flatnonzero(_in(x.field, tuple(_VALUES)))
-    owner_x = sh.element_annotation[x.msg[x_val]]
-    x_val, owner_x = x_val[want[owner_x]], owner_x[want[owner_x]]
-    owner = np.concatenate([a.msg[a_val], owner_x])
-    sub = np.concatenate([np.zeros(len(a_val), np.int64), 1 + sh.element_order[x.msg[x_val]]])
-    fnum = np.concatenate([a.field[a_val], x.field[x_val]])
-    value = np.concatenate([a.value[a_val], x.value[x_val]])
-    data = np.concatenate([a.data[a_val], x.data[x_val]])
-    order = np.lexsort((sub, owner))
-    owner, fnum, value, data = owner[order], fnum[order], value[order], data[order]
+        name[inline], want[inline] = wanted[codes], (wanted != "")[codes]
+    # Value rows of the wanted annotations (their own value, or their elements').
+    rows = np.flatnonzero(want[w.val_ann])
+    owner, fnum = w.val_ann[rows], w.val_field[rows]
+    value, data = w.val_value[rows], w.val_data[rows]
     event = ev[owner]
     kind = np.where(_in(fnum, (*_TEXT_VALUES, _IID_VALUE)), 0, np.where(fnum == 5, 2, 1))
     out = np.empty(len(fnum), dtype=object)
@@ -421,7 +573,7 @@ def _annotations(buf, sh: Shapes, kept_event, pos, context, log: SequenceLog, ca
     double = fnum == _FLOAT_VALUE
     out[double] = value[double].view(np.float64).astype(object)
     text = _in(fnum, _TEXT_VALUES)
-    out[text] = texts(buf, data[text], value[text].astype(np.int64))
+    out[text] = texts(buf, data[text], value[text].astype(np.int64), kernels)
     interned = fnum == _IID_VALUE
     out[interned] = log.lookup(
         "strings", context[event[interned]], value[interned], pos[event[interned]], None
@@ -429,14 +581,11 @@ def _annotations(buf, sh: Shapes, kept_event, pos, context, log: SequenceLog, ca
     return {"pos": pos[event], "name": name[owner], "kind": kind.astype(np.int8), "value": out}
 
 
-def _flows(e: W.Fields, kept_event: np.ndarray, pos: np.ndarray) -> dict:
-    """Flow points of the kept events: flow_ids, terminating_flow_ids, then the old fields."""
-    groups = {47: (0, False), 48: (1, True), 36: (2, False), 42: (3, True)}
-    rows = np.flatnonzero(_in(e.field, tuple(groups)) & (kept_event[e.msg] >= 0))
-    group = np.select([e.field[rows] == k for k in groups], [g for g, _ in groups.values()])
-    rows = rows[np.lexsort((rows, group, e.msg[rows]))]
+def _flows(w: Wired, kept_event: np.ndarray, pos: np.ndarray) -> dict:
+    """Flow points of the kept events (already in the reader's order)."""
+    rows = np.flatnonzero(kept_event[w.flow_event] >= 0)
     return {
-        "pos": pos[kept_event[e.msg[rows]]],
-        "id": e.value[rows].view(np.int64),
-        "terminating": _in(e.field[rows], (48, 42)),
+        "pos": pos[kept_event[w.flow_event[rows]]],
+        "id": w.flow_id[rows].view(np.int64),
+        "terminating": w.flow_terminating[rows],
     }

@@ -140,10 +140,13 @@ def _read(f: BinaryIO, n: int, path: Path, offset: int) -> bytes:
         ) from None
 
 
-def frames(path: Path, counts: dict[str, int]) -> Iterator[tuple[bytes, list, int]]:
+def frames(
+    path: Path, counts: dict[str, int], scan=scan_records
+) -> Iterator[tuple[bytes, list, int]]:
     """The file chunk by chunk: ``(buffer, its complete records, the buffer's offset in the
     decompressed content)``; each record is ``(record offset, payload start, payload end)`` in
-    the buffer. Framing problems raise :class:`TraceInputError` with the byte offset."""
+    the buffer (``scan``: :func:`scan_records` or one giving the same records as an ``(n, 3)``
+    array). Framing problems raise :class:`TraceInputError` with the byte offset."""
     path = Path(path)
     with _open(path) as f:
         buf, base, eof = b"", 0, False
@@ -152,12 +155,12 @@ def frames(path: Path, counts: dict[str, int]) -> Iterator[tuple[bytes, list, in
             eof = not more
             buf += more
             try:
-                records, used = scan_records(buf, counts)
+                records, used = scan(buf, counts)
             except FramingError as exc:
                 raise TraceInputError(
                     path, f"byte offset {base + exc.offset}: {exc.problem}"
                 ) from None
-            if records:
+            if len(records):
                 yield buf, records, base
             buf, base = buf[used:], base + used
         if buf:

@@ -260,22 +260,13 @@ def _anchor_kernel():
     loop gives the same ends). cache=True keeps the machine code on disk, so only the first run
     ever compiles; where no cache directory is writable it compiles in memory each process."""
     # Compiled on first use, not at import, so commands that never replay a big graph do not
-    # import numba.
-    try:
-        import numba
-    except Exception:  # missing, or broken by its dependencies (a numpy it does not support)
-        return None
-    for cache in (True, False):
-        try:
-            kernel = numba.njit(cache=cache, nogil=True)(_anchor_ends)
-            # Compile now on a one-anchor loop, so a failure to compile or to write the disk
-            # cache shows here, once, and not in the middle of a replay.
-            one = np.zeros(1, dtype=np.int64)
-            kernel(one.copy(), one, np.array([0, 1]), one, one, one, one, one - 1, 0, 0)
-            return kernel
-        except Exception:
-            continue
-    return None
+    # import numba; compiled now on a one-anchor loop (see tracediag.io.compiled).
+    from tracediag.io.compiled import compiled
+
+    one = np.zeros(1, dtype=np.int64)
+    return compiled(
+        _anchor_ends, one.copy(), one, np.array([0, 1]), one, one, one, one, one - 1, 0, 0
+    )
 
 
 def _loop(plan: _Plan, end_a, offset, w_loop, k, horizon, base_src_offset=None):
