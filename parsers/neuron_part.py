@@ -152,7 +152,8 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
                 for p, f in zip(pieces, frames, strict=True)
             ]
             out[col] = pd.concat(filled, ignore_index=True)
-    return pd.DataFrame(out)
+    # Not consolidated into blocks: that would copy every column a second time.
+    return pd.DataFrame(out, copy=False)
 
 
 def _remap_edges(edges: list[pd.DataFrame], new_row: np.ndarray, meta: S.RankMeta) -> pd.DataFrame:

@@ -128,10 +128,29 @@ def _binding_order(src, dst, neg_end, explicit_first) -> np.ndarray:
     key = np.subtract(dst, d0, dtype=np.int64) * (e_span * 2)  # in place from here
     key += np.subtract(neg_end, e0, dtype=np.int64) * 2
     key += explicit_first
+    return _break_ties(key, src)
+
+
+def _break_ties(key: np.ndarray, minor: np.ndarray) -> np.ndarray:
+    """``np.lexsort((minor, key))``: one stable sort of ``key``, then ``minor`` orders only the
+    runs of equal keys (a second full sort pass would move nothing else)."""
     order = np.argsort(key, kind="stable")
-    if (np.diff(key[order]) != 0).all():
-        return order  # no ties for ``src`` to break: a second sort pass would change nothing
-    return np.lexsort((src, key))
+    sorted_key = key[order]
+    tie = sorted_key[1:] == sorted_key[:-1]
+    del sorted_key
+    if not tie.any():
+        return order
+    in_run = np.zeros(len(order), dtype=bool)  # positions inside a run of equal keys
+    in_run[1:] = tie
+    in_run[:-1] |= tie
+    run = np.cumsum(~tie)  # run number of positions 1.. (position 0 is in run 0)
+    pos = np.flatnonzero(in_run)
+    members = order[pos]
+    # Within a run members stand in index order (the sort is stable): ordering them stably by
+    # (run, minor) gives lexsort's order, index order on equal ``minor`` included.
+    run_of = np.where(pos > 0, run[np.maximum(pos, 1) - 1], 0)
+    order[pos] = members[stable_order_by(run_of, minor[members])]
+    return order
 
 
 def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Graph:
@@ -286,8 +305,7 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
     o = _binding_order(src, dst, -end[src], explicit_first)
     src, dst, code = src[o], dst[o], code[o]
     ptr = np.zeros(n + 1, dtype=np.int64)
-    np.add.at(ptr, dst + 1, 1)
-    ptr = np.cumsum(ptr)
+    np.cumsum(np.bincount(dst, minlength=n), out=ptr[1:])  # edges per destination, summed
     has = ptr[1:] > ptr[:-1]
     head = np.minimum(ptr[:-1], max(len(src) - 1, 0))  # each node's first edge (roots: masked)
     bind = np.where(has, src[head], -1) if len(src) else np.full(n, -1, dtype=np.int64)
@@ -362,11 +380,10 @@ def _device_nodes(trace: S.Trace, node_track: np.ndarray) -> np.ndarray:
 _ROLE_PRIORITY = np.array([2, 0, 1, 3], dtype=np.int8)  # body, arrival, instance, completion
 
 
-def _same_start_levels(start, src, dst) -> np.ndarray:
-    """Per node: the longest chain of edges between nodes of its start time that reaches it."""
-    level = np.zeros(len(start), dtype=np.int64)
-    tie = start[src] == start[dst]
-    s, d = src[tie], dst[tie]
+def _same_start_levels(n: int, s: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Per node: the longest chain of the edges ``s`` -> ``d`` (those between nodes of one start
+    time) that reaches it."""
+    level = np.zeros(n, dtype=np.int64)
     # Same-instant chains are short; past 64 rounds (or in a cycle) Kahn's algorithm takes over.
     for _ in range(min(len(s) + 1, 64)):
         want = level[s] + 1
@@ -389,7 +406,7 @@ def _time_order(start, level, priority, end) -> np.ndarray:
     key = np.subtract(start, s0, dtype=np.int64) * (l_span * 4)  # in place from here
     key += level * 4
     key += priority
-    return np.lexsort((end, key))
+    return _break_ties(key, end)
 
 
 def _topological_order(start, end, role, src, dst, ptr) -> tuple[np.ndarray, int]:
@@ -401,12 +418,16 @@ def _topological_order(start, end, role, src, dst, ptr) -> tuple[np.ndarray, int
     the fallback for cycles; edges left in a cycle are ignored for ordering and counted.
     """
     n = len(start)
-    level = _same_start_levels(start, src, dst)
+    tie = start[src] == start[dst]
+    s_tie, d_tie = src[tie], dst[tie]
+    del tie
+    level = _same_start_levels(n, s_tie, d_tie)
     # By start, level, role priority, end; lexsort is stable: ties keep node id order.
     order = _time_order(start, level, _ROLE_PRIORITY[role], end)
     pos = np.empty(n, dtype=np.int64)
     pos[order] = np.arange(n)
-    if not len(src) or (pos[src] < pos[dst]).all():
+    # The order is by start first, so only an edge within one start time can go back.
+    if not len(src) or (pos[s_tie] < pos[d_tie]).all():
         return order, 0
     indeg = np.diff(ptr).copy()
     succ_order = np.argsort(src, kind="stable")

@@ -137,27 +137,9 @@ def assemble(parts: list[RankPart], inputs: list[S.InputFile] | None = None) -> 
             raise S.SchemaError(f"rank {p.meta.rank} given twice")
         seen.add(p.meta.rank)
     tracks, track_codes = _intern_tracks(parts)
-    ev_frames, ed_frames, co_frames = [], [], []
+    ed_frames, co_frames = [], []
     offset = 0
-    for part, codes in zip(parts, track_codes, strict=True):
-        ev = part.events.drop(
-            columns=[
-                c
-                for c in (
-                    TRACK_LABEL,
-                    TRACK_KIND_COL,
-                    TRACK_ENGINE,
-                    TRACK_DEVICE,
-                    TRACK_CLOCK,
-                    "orig_row",
-                )
-                if c in part.events
-            ]
-        )
-        ev = ev.reset_index(drop=True)
-        ev.insert(0, S.TRACK, codes)
-        ev.insert(0, S.RANK, np.int32(part.meta.rank))
-        ev_frames.append(ev)
+    for part in parts:
         if len(part.edges):
             ed = part.edges[[S.SRC, S.DST, S.EDGE_KIND]].copy()
             ed[S.SRC] = ed[S.SRC].astype("int64") + offset
@@ -168,8 +150,8 @@ def assemble(parts: list[RankPart], inputs: list[S.InputFile] | None = None) -> 
             co[S.EVENT] = co[S.EVENT].astype("int64") + offset
             co[S.RANK] = np.int32(part.meta.rank)
             co_frames.append(co)
-        offset += len(ev)
-    events = _concat_events(ev_frames)
+        offset += len(part.events)
+    events = _concat_events(parts, track_codes)
     if ed_frames:
         edges = pd.concat([f.drop(columns=S.EDGE_KIND) for f in ed_frames], ignore_index=True)
         edges[S.EDGE_KIND] = _edge_kinds([f[S.EDGE_KIND] for f in ed_frames])
@@ -224,30 +206,27 @@ def _default(dtype: str, n: int):
     return np.full(n, "", dtype=object)
 
 
-def _concat_events(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    """Concatenate event frames, unioning categories so categorical columns stay categorical."""
-    if not frames:
+#: Columns a part's events carry for assembly only (its tracks), not kept in the trace.
+_PART_ONLY = {TRACK_LABEL, TRACK_KIND_COL, TRACK_ENGINE, TRACK_DEVICE, TRACK_CLOCK, "orig_row"}
+_CATEGORICAL = {S.KIND, S.NAME, S.LAYER, S.OP, S.SOURCE, S.DTYPE}
+
+
+def _concat_events(parts: list[RankPart], track_codes: list[np.ndarray]) -> pd.DataFrame:
+    """The parts' events one after another, with ``rank`` and ``track`` first, unioning
+    categories so categorical columns stay categorical. Each column is copied once, from the
+    parts' own columns (no per-part frame in between), and the frame is built without
+    consolidating same-dtype columns into blocks (a second copy of every column)."""
+    if not parts:
         return S.empty_frame({**S.EVENT_REQUIRED})
-    cat_cols = {S.KIND, S.NAME, S.LAYER, S.OP, S.SOURCE, S.DTYPE}
-    cols = []
-    for f in frames:
-        cols += [c for c in f.columns if c not in cols]
-    out = {}
+    frames = [p.events for p in parts]
+    cols = list(dict.fromkeys(c for f in frames for c in f.columns if c not in _PART_ONLY))
+    out = {
+        S.RANK: np.concatenate([np.full(len(p.events), p.meta.rank, np.int32) for p in parts]),
+        S.TRACK: np.concatenate(track_codes),
+    }
     for col in cols:
-        pieces = []
-        for f in frames:
-            if col in f:
-                pieces.append(f[col])
-            elif col in cat_cols:  # missing throughout this frame: no value to encode
-                none = pd.Index([], dtype=object)
-                pieces.append(pd.Series(pd.Categorical.from_codes(np.full(len(f), -1), none)))
-            else:
-                dtype = S.EVENT_OPTIONAL.get(col, "float64")
-                fill = np.nan if dtype in ("float64", "category") else -1
-                pieces.append(
-                    pd.Series(np.full(len(f), fill), dtype="float64" if fill is np.nan else dtype)
-                )
-        if col in cat_cols:
+        pieces = [f[col] if col in f else _absent(col, len(f)) for f in frames]
+        if col in _CATEGORICAL:
             cats = [
                 p
                 if isinstance(p.dtype, pd.CategoricalDtype)
@@ -259,6 +238,17 @@ def _concat_events(frames: list[pd.DataFrame]) -> pd.DataFrame:
                 [c.cat.set_categories(c.cat.categories.astype(object)) for c in cats],
                 ignore_order=True,
             )
+        elif all(isinstance(p.dtype, np.dtype) and p.dtype == pieces[0].dtype for p in pieces):
+            out[col] = np.concatenate([p.to_numpy() for p in pieces])  # what pd.concat does
         else:
             out[col] = pd.concat(pieces, ignore_index=True)
-    return pd.DataFrame(out)
+    return pd.DataFrame(out, copy=False)
+
+
+def _absent(col: str, n: int) -> pd.Series:
+    """A column missing throughout a part: no value (a category without any, NaN or -1)."""
+    if col in _CATEGORICAL:
+        return pd.Series(pd.Categorical.from_codes(np.full(n, -1), pd.Index([], dtype=object)))
+    dtype = S.EVENT_OPTIONAL.get(col, "float64")
+    fill = np.nan if dtype in ("float64", "category") else -1
+    return pd.Series(np.full(n, fill), dtype="float64" if fill is np.nan else dtype)
