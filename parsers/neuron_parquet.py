@@ -201,8 +201,10 @@ def _read_profile(path: Path, rank: int, rank_source: str) -> RankPart:
         meta.info["tensor_sizes"] = tensor_sizes(tensors)
     profiler_warnings(read_table(files.get("Warning"), WARNING_COLUMNS), meta)
     if "Metadata" in files and not schema_known(version):
+        # semaphore_id is a DmaPacketAggregated field (the field list gives DmaPacket none)
+        packet_columns = [c for c in DMA_COLUMNS if c != "semaphore_id"]
         wanted = {
-            "Instruction": INSTRUCTION_COLUMNS, "DmaPacket": DMA_COLUMNS, "CcOp": CC_COLUMNS,
+            "Instruction": INSTRUCTION_COLUMNS, "DmaPacket": packet_columns, "CcOp": CC_COLUMNS,
             "Flow": FLOW_COLUMNS, "ActiveTime": ACTIVE_COLUMNS, "Metadata": METADATA_FIELDS,
         }  # fmt: skip
         present = {t: column_names(files[t]) for t in wanted if t in files}

@@ -16,6 +16,7 @@ Interned entries always precede their use, so names are resolved as the packets 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -142,6 +143,13 @@ def _compiled_pays(path: Path) -> bool:
     return size >= COMPILE_ABOVE_BYTES
 
 
+def _kernel_function(name: str) -> Callable:
+    """The Python function of kernel ``name`` (its module imports numba: imported here, late)."""
+    from tracediag.parsers import perfetto_kernel
+
+    return getattr(perfetto_kernel, name)
+
+
 @functools.cache
 def _kernels() -> F.Kernels | None:
     """The compiled kernels, or None where numba is missing or cannot compile them (the numpy
@@ -153,7 +161,7 @@ def _kernels() -> F.Kernels | None:
     }  # fmt: skip
     kernels = {}
     for name, sample in samples.items():
-        kernels[name] = compiled(f"tracediag.parsers.perfetto_kernel:{name}", *sample)
+        kernels[name] = compiled(functools.partial(_kernel_function, name), *sample, lazy=True)
         if kernels[name] is None:
             return None
     return F.Kernels(**kernels)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from tracediag.engine.rule import Rule, severity_by_saving
 from tracediag.model import schema as S
 from tracediag.model.collective_ops import bus_factor
@@ -165,6 +163,8 @@ def _kind_words(ctx, op: str, body: pd.DataFrame, n_inst: int) -> tuple[str, str
     ``"Unknown"``: a generic kernel such as ``ncclDevKernel_Generic`` with no collective name
     beside it), ``"3 collective transfers of unknown kind (kernel ncclDevKernel_Generic)"`` and
     the kernel's name, which a user can search the trace for."""
+    import numpy as np
+
     if op != "Unknown":
         return plural(n_inst, f"{op} transfer"), op
     names = ctx.trace.events[S.NAME].iloc[body[S.EVENT].to_numpy()].astype(str)

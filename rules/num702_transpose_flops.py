@@ -92,7 +92,9 @@ class TransposeFlops(Rule):
             window_ids = np.flatnonzero(compute & np.isin(rank, flagged) & (engine == "tensor"))
         worst = max(flagged, key=lambda r: per_rank[r]["transpose_pct"])
         severity = (
-            severity_by_saving(ctx.cost_pct(saving), opts, self.severity) if len(ids) else self.severity
+            severity_by_saving(ctx.cost_pct(saving), opts, self.severity)
+            if len(ids)
+            else self.severity
         )
         start = ev[S.TS].to_numpy()[window_ids]
         end = start + ev[S.DUR].to_numpy()[window_ids]

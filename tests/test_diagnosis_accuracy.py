@@ -72,12 +72,12 @@ def _matches(f, fault) -> bool:
     if fault["queue"] and f.track != fault["queue"]:
         return False
     # Neuron truth names engines (tensor), GPU truth streams (stream 7): a finding's engine or
-    # track must be one of them.
+    # track (named with its device in reports: gpu1/stream 7) must be one of them.
     engines = set(fault["engines"])
     if (
         fault["family"] in ("compute", "collective")
         and engines
-        and not {f.engine, f.track} & engines
+        and not {f.engine, f.track, f.track.split("/", 1)[-1]} & engines
     ):
         return False
     return _overlaps(f, fault["window_ns"])

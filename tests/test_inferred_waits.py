@@ -173,7 +173,9 @@ def test_the_path_never_parks_on_an_idle_thread_while_the_other_thread_runs(tmp_
     track_rank = trace.tracks[S.RANK].to_numpy()
 
     def track_of(rank, tid):
-        (i,) = [t for t, n in enumerate(names) if track_rank[t] == rank and n.endswith(f"/{tid}")]
+        # the name less the thread's own name the trace may give: "cpu 1/2 (python3)"
+        own = [n.split(" (", 1)[0] for n in names]
+        (i,) = [t for t, n in enumerate(own) if track_rank[t] == rank and n.endswith(f"/{tid}")]
         return i
 
     def overlap(path, track, lo, hi):

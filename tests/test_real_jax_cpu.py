@@ -45,6 +45,12 @@ def test_the_xplane_and_json_readers_agree_to_the_nanosecond(traces):
     assert np.array_equal(xs - xs[0], js_ts - js_ts[0])
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="the path parks on an idle XLA Eigen worker thread while the python thread runs (the "
+    "hand-off between them is not inferred); since a thread's unrecorded wait counts as gap, "
+    "TRC506 says 66% of the path is gap with records likely missing (issue 14)",
+)
 def test_a_host_only_profile_has_no_device_to_leave_idle(traces):
     xp, _ = traces
     d = diagnose(xp)

@@ -189,9 +189,12 @@ def test_equal_savings_name_the_bottleneck_they_share(checked):
             for other in group[i + 1 :]:
                 both = joint([a.changes[change_key(f)], a.changes[change_key(other)]])
                 together = max(0, a.length_ns - replay(a.graph, both).length_ns)
-                assert together < 2 * saving, (f.code, other.code, "equal savings that add up")
-                assert label(other) in f.evidence.get("shared_with", []), f.code
-                assert label(f) in other.evidence.get("shared_with", []), other.code
+                # Equal savings either share a bottleneck (together less than their sum) and name
+                # each other, or are equal by chance (times in whole µs: two 9 µs stalls on
+                # event_sync) and add up, naming nothing.
+                shared = together < 2 * saving
+                assert (label(other) in f.evidence.get("shared_with", [])) == shared, f.code
+                assert (label(f) in other.evidence.get("shared_with", [])) == shared, other.code
     # And only those: a finding names others of its own saving.
     labels = {label(f): f.saving_ns for f in checked.findings}
     for f in checked.findings:

@@ -9,25 +9,26 @@ compiled loop never import it.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 
 
-def compiled(func: Callable | str, *sample) -> Callable | None:
+def compiled(
+    func: Callable | Callable[[], Callable], *sample, lazy: bool = False
+) -> Callable | None:
     """``func`` compiled by numba (``njit``; the machine code cached on disk, so only the first
     run ever compiles; where no cache directory is writable, compiled in memory each process),
     or None where numba is missing, broken or cannot compile it.
 
-    ``func`` may be named as ``"module:function"``: a module that imports numba itself (for its
-    ``register_jitable`` helpers) is then imported only here, inside the guard. ``sample`` are
+    With ``lazy``, ``func`` is a function returning the one to compile: a module that imports
+    numba itself (for its ``register_jitable`` helpers) is then imported only here, inside the
+    guard. ``sample`` are
     arguments of one small call, made now, so that a failure to compile or to write the cache
     shows here, once, and not in the middle of the caller's work."""
     try:
         import numba
 
-        if isinstance(func, str):
-            module, name = func.split(":")
-            func = getattr(importlib.import_module(module), name)
+        if lazy:
+            func = func()
     except Exception:  # missing, or broken by its dependencies (a numpy it does not support)
         return None
     for cache in (True, False):

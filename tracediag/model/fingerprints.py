@@ -15,13 +15,21 @@ import orjson
 FINGERPRINT_VERSION = "tracediag/v1"
 
 
+#: Rules whose ``layer`` and ``track`` name the cause found this run (COL201: what the late rank
+#: does longer than the others and where, "idle before DistributedDataParallel.forward"), not
+#: where the problem is: left out of the identity, so one straggler is one finding run to run.
+CAUSE_LAYER_CODES = frozenset({"COL201"})
+
+
 def identity(finding: dict) -> list:
     """The fields a fingerprint hashes; layer lists are order-insensitive (``"a, b"`` = ``"b, a"``)."""
-    layers = sorted(p.strip() for p in str(finding.get("layer", "")).split(",") if p.strip())
+    cause = finding["code"] in CAUSE_LAYER_CODES
+    layer = "" if cause else str(finding.get("layer", ""))
+    layers = sorted(p.strip() for p in layer.split(",") if p.strip())
     return [
         finding["code"],
         sorted(int(r) for r in finding.get("ranks", [])),
-        str(finding.get("track", "")),
+        "" if cause else str(finding.get("track", "")),
         ", ".join(layers),
         str(finding.get("op", "")),
     ]
