@@ -238,6 +238,8 @@ def _host_doing(ctx, nodes: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple
     the ns it covers; (-1, 0) where none covers :data:`_CAUSE_SHARE` of the stall."""
     import numpy as np
 
+    from tracediag.analysis.intervals import overlap_pairs
+
     g, ev = ctx.graph, ctx.trace.events
     event = np.full(len(nodes), -1, np.int64)
     covered = np.zeros(len(nodes), np.int64)
@@ -250,7 +252,7 @@ def _host_doing(ctx, nodes: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple
     stop = ts + ev[S.DUR].to_numpy()[cand]
     rank = ev[S.RANK].to_numpy()[cand]
     o = np.argsort(lo, kind="stable")
-    item, win, a, b = _overlap_pairs(ts, stop, lo[o], hi[o])
+    item, win, a, b = overlap_pairs(ts, stop, lo[o], hi[o])
     win = o[win]  # back to the stalls' order
     keep = (rank[item] == g.rank[nodes[win]]) & (stop[item] <= g.start[nodes[win]])
     item, win, ov = item[keep], win[keep], (b - a)[keep]
@@ -260,27 +262,6 @@ def _host_doing(ctx, nodes: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple
     event[win[first][enough]] = cand[item[first][enough]]
     covered[win[first][enough]] = ov[first][enough]
     return event, covered
-
-
-def _overlap_pairs(start, end, win_start, win_end):
-    """Pairs (item, window) of overlapping intervals with the overlap's bounds, for windows
-    sorted by start: one searchsorted per item for its candidate windows, then one repeat."""
-    import numpy as np
-
-    if not len(start) or not len(win_start):
-        empty = np.empty(0, np.int64)
-        return empty, empty, empty, empty
-    reach = np.maximum.accumulate(win_end)
-    first = np.searchsorted(reach, start, side="right")
-    last = np.searchsorted(win_start, end, side="left")
-    count = np.maximum(last - first, 0)
-    item = np.repeat(np.arange(len(start)), count)
-    offset = np.cumsum(count) - count
-    win = first[item] + np.arange(int(count.sum())) - offset[item]
-    s = np.maximum(start[item], win_start[win])
-    e = np.minimum(end[item], win_end[win])
-    keep = e > s
-    return item[keep], win[keep], s[keep], e[keep]
 
 
 def _names(ctx, event: np.ndarray) -> np.ndarray:

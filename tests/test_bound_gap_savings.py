@@ -17,9 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import tracediag
+from tests.kernel_fixtures import diagnosed_kernels
 from tracediag.analysis.bounds import GAPS
-from tracediag.generator import generate
 from tracediag.generator.kernel_program import KernelShape, build_kernel, packet_durations
 from tracediag.generator.kernels import _CAUSES, KERNEL_SCENARIOS
 from tracediag.generator.program import DMA, INSTR
@@ -34,13 +33,7 @@ from tracediag.whatif import bound_gaps
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory):
     """Every kernel scenario written once and diagnosed: (profile dir, truth, diagnosis)."""
-    root = tmp_path_factory.mktemp("gap_kernels")
-    out = {}
-    for name in KERNEL_SCENARIOS:
-        truth = generate(name, root / name, formats=("parquet",))
-        job = tracediag.load([str(root / name / "parquet")], cache=False)
-        out[name] = (root / name / "parquet" / "rank_0", truth, job.diagnose())
-    return out
+    return diagnosed_kernels(tmp_path_factory.mktemp("gap_kernels"))
 
 
 def _resimulated_savings(profile, scenario: str) -> dict[str, float]:

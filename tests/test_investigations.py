@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 import tracediag
+from tests.kernel_fixtures import diagnosed_kernels
 from tracediag.generator import generate
 from tracediag.generator.kernels import KERNEL_SCENARIOS
 from tracediag.model import schema as S
@@ -35,13 +36,7 @@ CODES = set(INVESTIGATION.values())
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory):
     """Every kernel scenario written once and diagnosed: (profile dir, truth, diagnosis)."""
-    root = tmp_path_factory.mktemp("kernels")
-    out = {}
-    for name in KERNEL_SCENARIOS:
-        truth = generate(name, root / name, formats=("parquet",))
-        job = tracediag.load([str(root / name / "parquet")], cache=False)
-        out[name] = (root / name / "parquet" / "rank_0", truth, job.diagnose())
-    return out
+    return diagnosed_kernels(tmp_path_factory.mktemp("kernels"))
 
 
 def _found(diagnosis, code):

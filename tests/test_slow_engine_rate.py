@@ -16,23 +16,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import tracediag
+from tests.kernel_fixtures import diagnosed_kernels
 from tracediag.analysis.context import change_key
-from tracediag.generator import generate
 from tracediag.generator.kernel_program import KernelShape
-from tracediag.generator.kernels import _CAUSES, KERNEL_SCENARIOS, simulate_kernel
+from tracediag.generator.kernels import _CAUSES, simulate_kernel
 from tracediag.graph.replay import joint
 
 
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory):
-    root = tmp_path_factory.mktemp("rate_kernels")
-    out = {}
-    for name in KERNEL_SCENARIOS:
-        truth = generate(name, root / name, formats=("parquet",))
-        job = tracediag.load([str(root / name / "parquet")], cache=False)
-        out[name] = (root / name / "parquet" / "rank_0", truth, job.diagnose())
-    return out
+    return diagnosed_kernels(tmp_path_factory.mktemp("rate_kernels"))
 
 
 def _instructions(profile) -> pd.DataFrame:

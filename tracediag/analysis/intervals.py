@@ -49,3 +49,26 @@ def busy_ns_by_group(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> p
     # The groups are contiguous once sorted: one reduction per run, no grouping by hash.
     first = np.flatnonzero(new_group)
     return pd.Series(np.add.reduceat(add, first), index=g[first])
+
+
+def overlap_pairs(start, end, win_start, win_end):
+    """Pairs (item, window) of overlapping intervals, with the overlap's bounds, for windows
+    sorted by start: an item's candidates are the windows from the first whose running
+    maximum end passes its start to the last starting before its end (one searchsorted each,
+    then one repeat: no loop over items)."""
+    start, end = np.asarray(start, np.int64), np.asarray(end, np.int64)
+    win_start, win_end = np.asarray(win_start, np.int64), np.asarray(win_end, np.int64)
+    if not len(start) or not len(win_start):
+        empty = np.empty(0, np.int64)
+        return empty, empty, empty, empty
+    reach = np.maximum.accumulate(win_end)
+    lo = np.searchsorted(reach, start, side="right")
+    hi = np.searchsorted(win_start, end, side="left")
+    count = np.maximum(hi - lo, 0)
+    item = np.repeat(np.arange(len(start)), count)
+    first = np.cumsum(count) - count
+    win = lo[item] + np.arange(int(count.sum())) - first[item]
+    s = np.maximum(start[item], win_start[win])
+    e = np.minimum(end[item], win_end[win])
+    keep = e > s
+    return item[keep], win[keep], s[keep], e[keep]

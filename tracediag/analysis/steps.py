@@ -83,6 +83,7 @@ import numpy as np
 import pandas as pd
 
 from tracediag.analysis.group_codes import group_codes
+from tracediag.analysis.intervals import overlap_pairs
 from tracediag.analysis.temporal_breakdown import breakdown_of_codes, device_activity
 from tracediag.graph.dependencies import Graph
 from tracediag.model import schema as S
@@ -393,7 +394,7 @@ class JobSteps:
         s = np.asarray(start_ns, dtype=np.int64)
         e = np.maximum(np.asarray(end_ns, dtype=np.int64), s + 1)
         t = self.table  # in start order
-        item, win, a, b = _overlap_pairs(s, e, t["start_ns"].to_numpy(), t["end_ns"].to_numpy())
+        item, win, a, b = overlap_pairs(s, e, t["start_ns"].to_numpy(), t["end_ns"].to_numpy())
         shorter = np.minimum(e[item] - s[item], t["span_ns"].to_numpy()[win])
         counts = (b - a) >= SEEN_MIN_SHARE * shorter
         return np.bincount(item[counts], minlength=len(s))
@@ -433,29 +434,6 @@ def job_steps(trace: S.Trace, by_rank: pd.DataFrame, path_segments: pd.DataFrame
     return JobSteps(table=table, by_rank=br, marked=marked, empty=empty)
 
 
-def _overlap_pairs(start, end, win_start, win_end):
-    """Pairs (item, window) of overlapping intervals, with the overlap's bounds, for windows
-    sorted by start: an item's candidates are the windows from the first whose running
-    maximum end passes its start to the last starting before its end (one searchsorted each,
-    then one repeat: no loop over items)."""
-    start, end = np.asarray(start, np.int64), np.asarray(end, np.int64)
-    win_start, win_end = np.asarray(win_start, np.int64), np.asarray(win_end, np.int64)
-    if not len(start) or not len(win_start):
-        empty = np.empty(0, np.int64)
-        return empty, empty, empty, empty
-    reach = np.maximum.accumulate(win_end)
-    lo = np.searchsorted(reach, start, side="right")
-    hi = np.searchsorted(win_start, end, side="left")
-    count = np.maximum(hi - lo, 0)
-    item = np.repeat(np.arange(len(start)), count)
-    first = np.cumsum(count) - count
-    win = lo[item] + np.arange(int(count.sum())) - first[item]
-    s = np.maximum(start[item], win_start[win])
-    e = np.minimum(end[item], win_end[win])
-    keep = e > s
-    return item[keep], win[keep], s[keep], e[keep]
-
-
 def _with_breakdown(trace: S.Trace, br: pd.DataFrame) -> pd.DataFrame:
     """``br`` with each rank's step's breakdown: the device activity clipped to the step, by
     temporal_breakdown's own unions, with the step as the window."""
@@ -468,7 +446,7 @@ def _with_breakdown(trace: S.Trace, br: pd.DataFrame) -> pd.DataFrame:
             continue
         order = rows[np.argsort(br["start_ns"].to_numpy()[rows], kind="stable")]
         mine = np.flatnonzero(rank == r)
-        item, win, s, e = _overlap_pairs(
+        item, win, s, e = overlap_pairs(
             start[mine], end[mine], br["start_ns"].to_numpy()[order], br["end_ns"].to_numpy()[order]
         )
         groups.append(order[win])
@@ -502,7 +480,7 @@ def _path_in_steps(seg: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     order = np.argsort(seg["start_ns"].to_numpy(), kind="stable")
     s0 = seg["start_ns"].to_numpy()[order]
     e0 = seg["end_ns"].to_numpy()[order]
-    step, win, s, e = _overlap_pairs(
+    step, win, s, e = overlap_pairs(
         table["start_ns"].to_numpy(), table["end_ns"].to_numpy(), s0, e0
     )
     cat = pd.Categorical(seg["category"].astype(str), categories=list(PATH_CATEGORIES))
