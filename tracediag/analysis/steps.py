@@ -59,8 +59,8 @@ inside the job-wide step: the path's segments clipped to it.
 
 **Typical step and spread**: the median of the job-wide step times, their 90th percentile
 (linear interpolation) and maximum. A step is an **outlier** when it is slower than the median
-by more than :data:`OUTLIER_SIGMAS` robust standard deviations (1.4826 x the median absolute
-deviation of the step times) and by more than :data:`OUTLIER_MIN_PCT` percent of the median:
+by more than :data:`~tracediag.analysis.step_outliers.OUTLIER_SIGMAS` robust standard deviations (1.4826 x the median absolute
+deviation of the step times) and by more than :data:`~tracediag.analysis.step_outliers.OUTLIER_MIN_PCT` percent of the median:
 the robust rule follows the job's own noise, the floor keeps a very regular job's small
 wobbles out. Fewer than 3 steps have no outliers. Its **cause** is what grew most against the
 typical step of the same rank (the median of that rank's steps, category by category):
@@ -84,21 +84,17 @@ import pandas as pd
 
 from tracediag.analysis.group_codes import group_codes
 from tracediag.analysis.intervals import overlap_pairs
+from tracediag.analysis.step_outliers import (
+    OUTLIER_RULE,
+    outlier_causes,
+    outlier_threshold,
+    outliers,
+)
 from tracediag.analysis.temporal_breakdown import breakdown_of_codes, device_activity
 from tracediag.graph.dependencies import Graph
 from tracediag.model import schema as S
 from tracediag.model.path_categories import CATEGORIES as PATH_CATEGORIES
-from tracediag.model.units import fmt_ns
 
-#: An outlier is slower than the median by more than this many robust standard deviations...
-OUTLIER_SIGMAS = 3.0
-#: ... and by more than this percentage of the median.
-OUTLIER_MIN_PCT = 20.0
-OUTLIER_RULE = (
-    f"slower than the median step by more than {OUTLIER_SIGMAS:g} robust standard deviations"
-    f" (1.4826 x the median absolute deviation) and by more than {OUTLIER_MIN_PCT:g}% of the"
-    " median; none with fewer than 3 steps"
-)
 #: A rank is device-bound when its device work falls behind its host by more than this share
 #: of its host step per step (the lag at its last step over the lag at its first).
 DEVICE_BEHIND_SHARE = 0.05
@@ -108,14 +104,6 @@ SEEN_MIN_SHARE = 0.05
 EMPTY_STEPS = "empty_steps"
 #: Breakdown columns of a rank's step (ns), as the report names them.
 BREAKDOWN = ("compute", "communication", "memory", "idle")
-#: What a cause may name, from the breakdown: the column and the words for it.
-_CAUSE_LABEL = {
-    "compute": "compute",
-    "communication": "communication on every rank",
-    "memory": "memory copies",
-    "idle": "device idle between its work",
-    "host_gap": "host gap (device idle before its first or after its last work in the step)",
-}
 
 
 def rank_steps(trace: S.Trace, graph: Graph) -> pd.DataFrame:
@@ -427,9 +415,9 @@ def job_steps(trace: S.Trace, by_rank: pd.DataFrame, path_segments: pd.DataFrame
     path = _path_in_steps(path_segments, table)
     for c in PATH_CATEGORIES:
         table[f"path_{c}_ns"] = path.groupby("step")[c].sum().reindex(table.index, fill_value=0)
-    table["outlier"] = _outliers(table["step_ns"].to_numpy(dtype=np.float64))
+    table["outlier"] = outliers(table["step_ns"].to_numpy(dtype=np.float64))
     table["cause"] = None
-    causes = _causes(table, br, path)
+    causes = outlier_causes(table, br, path)
     table["cause"] = [causes.get(i) for i in range(len(table))]
     return JobSteps(table=table, by_rank=br, marked=marked, empty=empty)
 
@@ -498,105 +486,3 @@ def _path_in_steps(seg: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     wide = wide.reindex(columns=range(len(PATH_CATEGORIES)), fill_value=0)
     wide.columns = list(PATH_CATEGORIES)
     return wide.reset_index()
-
-
-def outlier_threshold(t: np.ndarray) -> float | None:
-    """The step time above which a step is an outlier (the module docstring's rule); None
-    with fewer than 3 steps."""
-    if len(t) < 3:
-        return None
-    median = float(np.median(t))
-    sigma = 1.4826 * float(np.median(np.abs(t - median)))
-    return median + max(OUTLIER_SIGMAS * sigma, OUTLIER_MIN_PCT / 100.0 * median)
-
-
-def _outliers(t: np.ndarray) -> np.ndarray:
-    """Per step: slower than the outlier threshold."""
-    above = outlier_threshold(t)
-    return t > above if above is not None else np.zeros(len(t), dtype=bool)
-
-
-def _causes(table: pd.DataFrame, br: pd.DataFrame, path: pd.DataFrame) -> dict[int, dict]:
-    """Per outlier step (index): what grew most against the typical step (module docstring)."""
-    outliers = np.flatnonzero(table["outlier"].to_numpy())
-    if not len(outliers):
-        return {}
-    typical = float(np.median(table["step_ns"]))
-    if br["device"].any():
-        growth = _breakdown_growth(br[br["device"]])
-        source = "breakdown"
-    else:
-        growth = _path_growth(path)
-        source = "critical_path"
-    out = {}
-    for i in outliers.tolist():  # a few outlier steps
-        excess = int(table["step_ns"].iat[i] - typical)
-        mine = growth[growth["step"] == i]
-        best = mine.loc[mine["grew_ns"].idxmax()] if len(mine) else None
-        if best is None or best["grew_ns"] <= 0:
-            out[i] = {
-                "category": "skew",
-                "rank": None,
-                "grew_ns": 0,
-                "excess_ns": excess,
-                "source": source,
-                "text": "no rank's own step grew: the ranks' steps are offset from each other",
-            }
-            continue
-        rank = None if best["rank"] < 0 else int(best["rank"])
-        category = str(best["category"])
-        label = _CAUSE_LABEL.get(category, f"critical path {category.replace('_', ' ')}")
-        where = f" on rank {rank}" if rank is not None else ""
-        out[i] = {
-            "category": category,
-            "rank": rank,
-            "grew_ns": int(best["grew_ns"]),
-            "excess_ns": excess,
-            "source": source,
-            "text": f"{label} +{fmt_ns(best['grew_ns'])}{where}",
-        }
-    return out
-
-
-def _breakdown_growth(br: pd.DataFrame) -> pd.DataFrame:
-    """Per (step, rank or -1, category): ns above the rank's median step in that category;
-    communication once per step, its least growth over the step's ranks."""
-    value = pd.DataFrame(
-        {
-            "step": br["step"].to_numpy(),
-            "rank": br["rank"].to_numpy(),
-            "compute": br["compute_ns"].to_numpy(),
-            "communication": br["communication_ns"].to_numpy(),
-            "memory": br["memory_ns"].to_numpy(),
-            "idle": (br["idle_ns"] - br["host_gap_ns"]).to_numpy(),
-            "host_gap": br["host_gap_ns"].to_numpy(),
-        }
-    )
-    cats = ["compute", "communication", "memory", "idle", "host_gap"]
-    typical = value.groupby("rank")[cats].transform("median")
-    grew = value[cats] - typical
-    grew[["step", "rank"]] = value[["step", "rank"]]
-    comm = grew.groupby("step")["communication"].min()
-    own = grew.drop(columns="communication").melt(
-        id_vars=["step", "rank"], var_name="category", value_name="grew_ns"
-    )
-    every = pd.DataFrame(
-        {"step": comm.index, "rank": -1, "category": "communication", "grew_ns": comm.to_numpy()}
-    )
-    return pd.concat([own, every], ignore_index=True)
-
-
-def _path_growth(path: pd.DataFrame) -> pd.DataFrame:
-    """Per (step, rank, path category): ns above that rank's and category's median step."""
-    if not len(path):
-        return pd.DataFrame(columns=["step", "rank", "category", "grew_ns"])
-    n_steps = int(path["step"].max()) + 1
-    long = path.melt(id_vars=["step", "rank"], var_name="category", value_name="ns")
-    # Every (step, rank, category), zeros included, so a median counts steps without it.
-    full = pd.MultiIndex.from_product(
-        [range(n_steps), np.unique(long["rank"]), list(PATH_CATEGORIES)],
-        names=["step", "rank", "category"],
-    )
-    ns = long.groupby(["step", "rank", "category"])["ns"].sum().reindex(full, fill_value=0)
-    typical = ns.groupby(level=["rank", "category"]).transform("median")
-    return (ns - typical).rename("grew_ns").reset_index()
