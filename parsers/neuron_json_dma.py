@@ -15,9 +15,13 @@ A queue is named after the engine whose instruction queue triggers it (``qSyncIO
 trigger (``PSEUDO_DMA_TRIGGER``, a ``WRITE`` at run time) ends before the transfer's first packet.
 Each transfer gets a ``dma_trigger`` edge, to every packet of the transfer, from the trigger
 whose byte fields its queue's transfers use up in order (:mod:`neuron_json_dma_fifo`,
-``info["dma_triggers_by_bytes"]``); a transfer none fits, from the last trigger instruction of
+``info["dma_triggers_by_bytes"]``); on an engine whose triggers state no bytes and feed one
+queue, from the trigger of the same rank in issue order when the counts agree
+(``info["dma_triggers_by_order"]``); a transfer none fits, from the last trigger instruction of
 that engine (any of its instructions where it ran none) ending by its first packet's start
 (``info["dma_triggers_inferred"]``; ``dma_transfers_without_trigger``: found none).
+Rows without any ``block_id`` (the documented row: queue, ``transfer_size``, ``timestamp``,
+``duration``) are one transfer each (``info["dma_transfers_from_rows"]``).
 """
 
 from __future__ import annotations
@@ -39,8 +43,14 @@ _TRIGGER_OPCODE = r"DMA_TRIGGER|^WRITE$"
 def add_transfers(dma: pd.DataFrame, meta: S.RankMeta) -> pd.DataFrame:
     """``dma`` with ``packet_aggregation_id``: one id per transfer (see the module)."""
     blocks, valid = ints(column(dma, "block_id"), len(dma))
-    if "packet_aggregation_id" in dma or not valid.any():
+    if "packet_aggregation_id" in dma:
         return dma
+    if not valid.any():
+        # The documented row (queue, transfer_size, timestamp, duration) names no block: each
+        # row is one transfer of its transfer_size, as Parquet blocks without packets are.
+        out = dma.assign(packet_aggregation_id=pd.array(np.arange(len(dma)), dtype="Int64"))
+        meta.info["dma_transfers_from_rows"] = len(dma)
+        return out
     start, dur = times(dma)
     s = start.to_numpy(dtype=np.float64, na_value=np.nan)
     e = s + dur.to_numpy(dtype=np.float64, na_value=np.nan)
@@ -104,6 +114,8 @@ def trigger_edges(
         return empty
     by_bytes = _by_bytes(first, instr, dma)
     rest = first[~first["t"].isin(by_bytes["t"])]
+    by_order = _by_order(rest, instr, dma)
+    rest = rest[~rest["t"].isin(by_order["t"])]
     hit = pd.merge_asof(
         rest, cand.sort_values("end"), left_on="s", right_on="end", by=["e", "p"],
         direction="backward",
@@ -111,9 +123,12 @@ def trigger_edges(
     hit = hit.dropna(subset=["src"])
     meta.info["dma_triggers_by_bytes"] = len(by_bytes)
     meta.info["dma_trigger_queue_ambiguous"] = int(by_bytes.attrs.get("ambiguous", 0))
+    meta.info["dma_triggers_by_order"] = len(by_order)
     meta.info["dma_triggers_inferred"] = len(hit)
     meta.info["dma_transfers_without_trigger"] = len(rest) - len(hit)
-    chosen = pd.concat([by_bytes[["t", "src"]], hit[["t", "src"]]], ignore_index=True)
+    chosen = pd.concat(
+        [by_bytes[["t", "src"]], by_order[["t", "src"]], hit[["t", "src"]]], ignore_index=True
+    )
     edges = packets[["row", "t"]].merge(chosen, on="t")
     return pd.DataFrame(
         {
@@ -143,7 +158,8 @@ def _by_bytes(first: pd.DataFrame, instr: pd.DataFrame, dma: pd.DataFrame) -> pd
     triggers' byte fields names (:mod:`neuron_json_dma_fifo`); ``attrs["ambiguous"]``: triggers
     that fit two queues equally."""
     none = pd.DataFrame({"t": np.zeros(0, np.int64), "src": np.zeros(0)})
-    trig = _byte_triggers(instr)
+    trig = _triggers(instr)
+    trig = trig[trig["bytes"].to_numpy() > 0]
     if "pcore_idx" not in dma:  # DMA rows that name no physical core: any core's triggers
         trig["p"] = 0
     data = first[first["n"] > 0]
@@ -164,9 +180,44 @@ def _by_bytes(first: pd.DataFrame, instr: pd.DataFrame, dma: pd.DataFrame) -> pd
     return out
 
 
-def _byte_triggers(instr: pd.DataFrame) -> pd.DataFrame:
-    """Trigger instructions (DMA_TRIGGER/WRITE opcodes) with bytes in ``hbm_read_bytes`` +
-    ``hbm_write_bytes``: engine, pcore, end, bytes and row."""
+def _by_order(first: pd.DataFrame, instr: pd.DataFrame, dma: pd.DataFrame) -> pd.DataFrame:
+    """Transfers (``t``) paired in order with the triggers (``src``) of an engine whose triggers
+    state no bytes and whose transfers all go to one queue: the queue serves its descriptors in
+    issue order and a trigger names one block (``PSEUDO_DMA_TRIGGER`` operands
+    ``qSyncPIOParam0 block_id=1``: schema reference), so the k-th trigger to end issued the k-th
+    transfer to start. Only where the counts agree and every pair is causal; elsewhere time
+    alone decides (a trigger issued faster than the queue's issue latency ends before the
+    previous trigger's transfer starts, so the last trigger ending by a start is a later one)."""
+    none = pd.DataFrame({"t": np.zeros(0, np.int64), "src": np.zeros(0)})
+    trig = _triggers(instr)
+    if "pcore_idx" not in dma:  # DMA rows that name no physical core: any core's triggers
+        trig["p"] = 0
+    if not len(trig) or not len(first):
+        return none
+    trig = trig[trig.groupby(["eng", "p"])["bytes"].transform("max").to_numpy() <= 0]
+    trig = trig.sort_values(["end", "src"], kind="stable")
+    trig["k"] = trig.groupby(["eng", "p"]).cumcount()
+    xfer = first.rename(columns={"e": "eng"}).sort_values(["s", "t"], kind="stable")
+    xfer = xfer.assign(k=xfer.groupby(["eng", "p"]).cumcount())
+    pairs = xfer.merge(trig[["eng", "p", "k", "end", "src"]], on=["eng", "p", "k"], how="left")
+    n_trig = trig.groupby(["eng", "p"]).size().rename("n_trig")
+    pairs = pairs.join(n_trig, on=["eng", "p"])
+    # The causal column is NaN-free: a transfer past the triggers has no end and fails.
+    pairs["causal"] = (pairs["end"] <= pairs["s"]).to_numpy(dtype=bool)
+    per_engine = pairs.groupby(["eng", "p"]).agg(
+        n=("t", "size"), n_trig=("n_trig", "first"), queues=("q", "nunique"),
+        causal=("causal", "all"),
+    )  # fmt: skip
+    fits = per_engine[
+        (per_engine["n"] == per_engine["n_trig"]) & (per_engine["queues"] == 1)
+        & per_engine["causal"]
+    ]  # fmt: skip
+    return pairs.merge(fits[[]], left_on=["eng", "p"], right_index=True)[["t", "src"]]
+
+
+def _triggers(instr: pd.DataFrame) -> pd.DataFrame:
+    """Trigger instructions (DMA_TRIGGER/WRITE opcodes): engine, pcore, end, bytes
+    (``hbm_read_bytes`` + ``hbm_write_bytes``, 0 where none) and row."""
     n = len(instr)
     read, _ = ints(column(instr, "hbm_read_bytes"), n)
     write, _ = ints(column(instr, "hbm_write_bytes"), n)
@@ -177,7 +228,7 @@ def _byte_triggers(instr: pd.DataFrame) -> pd.DataFrame:
     start, dur = times(instr)
     end, end_ok = ints(start + dur, n)
     pcore, _ = ints(column(instr, "pcore_idx"), n)
-    rows = np.flatnonzero(trig.to_numpy(bool) & end_ok & (read + write > 0))
+    rows = np.flatnonzero(trig.to_numpy(bool) & end_ok)
     return pd.DataFrame(
         {"eng": np.asarray(normalise_engines(instr["engine"]), dtype=object)[rows],
          "p": pcore[rows], "end": end[rows], "bytes": (read + write)[rows], "src": rows}

@@ -178,3 +178,49 @@ def test_trigger_without_bytes_falls_back_to_time(tmp_path):
     assert _trigger_of(job) == {"qSyncSpillReload0": [1500]}
     info = job.meta[0].info
     assert info["dma_triggers_by_bytes"] == 0 and info["dma_triggers_inferred"] == 1
+
+
+def _write_rows(tmp_path, triggers, dma):
+    """A legacy JSON of the documented DMA row only (queue, transfer_size, times): no block id,
+    no ring; triggers without byte fields."""
+    rows = [
+        {"timestamp": ts, "duration": dur, "subgroup": "Sync", "opcode": "DMA_TRIGGER", "id": i,
+         "nki_source_location": f"model.py:{40 + i}", "hbm_read_bytes": 0}
+        for i, (ts, dur) in enumerate(triggers)
+    ]  # fmt: skip
+    rows.append({"timestamp": 0, "duration": 50_000, "subgroup": "Tensor", "opcode": "MATMUL",
+                 "id": len(rows)})  # fmt: skip
+    packets = [
+        {"timestamp": ts, "duration": dur, "subgroup": q, "transfer_size": n, "variable": q}
+        for ts, dur, q, n in dma
+    ]
+    path = tmp_path / "profile_rank_0.json"
+    path.write_text(json.dumps({"instruction": rows, "dma": packets}))
+    return tracediag.load(str(path), cache=False)
+
+
+def test_rows_without_blocks_take_their_triggers_in_issue_order(tmp_path):
+    # Four 200 ns triggers back to back, each transfer issued 300 ns after its trigger ends: the
+    # next trigger has ended before each transfer starts, so time alone gives each transfer the
+    # one after its own (the first three) - issue order gives each its own.
+    triggers = [(1000 + 200 * k, 200) for k in range(4)]
+    dma = [(1500 + 200 * k, 10_000, "qSyncIO0", 1_600_000) for k in range(4)]
+    job = _write_rows(tmp_path, triggers, dma)
+    assert _trigger_of(job) == {"qSyncIO0": [1000, 1200, 1400, 1600]}
+    info = job.meta[0].info
+    assert info["dma_transfers_from_rows"] == 4
+    assert info["dma_triggers_by_order"] == 4 and info["dma_triggers_inferred"] == 0
+
+
+def test_rows_without_blocks_fall_back_to_time_when_counts_differ(tmp_path):
+    # Two triggers, three transfers: no one-to-one order, each transfer takes the last trigger
+    # ended by its start (1000 ends at 1200, 1300 at 1500).
+    job = _write_rows(
+        tmp_path,
+        [(1000, 200), (1300, 200)],
+        [(1250, 1000, "qSyncIO0", 65_536), (1600, 1000, "qSyncIO0", 65_536),
+         (1700, 1000, "qSyncIO0", 65_536)],
+    )  # fmt: skip
+    assert _trigger_of(job) == {"qSyncIO0": [1000, 1300, 1300]}
+    info = job.meta[0].info
+    assert info["dma_triggers_by_order"] == 0 and info["dma_triggers_inferred"] == 3

@@ -62,13 +62,10 @@ CLI_LAYOUTS = ("parquet", "perfetto")
 # Checks the tool failed when this judge was written (2026-12-02), by run, less those fixed
 # since (ranks from worker_gid and rank folders, timestamp_unit us, executions of a legacy JSON
 # whose pc counts on, DmaPacketAggregated blocks on serial lanes, a later execution's DMA tied
-# to the previous one's end only through each track's first transfer). Reasons in short; the
-# xfail message carries the figures measured on each run.
-_DMA104 = "DMA104 (slow transfers for their size) at warning+ in Parquet, absent from legacy JSON"
-KNOWN = {
-    ("dma", 0): {"same-device": _DMA104},
-    ("dma", 16): {"same-device": _DMA104},
-}
+# to the previous one's end only through each track's first transfer, legacy JSON DMA rows
+# without a block or trigger id given no trigger, so no source line for DMA104). Reasons in
+# short; the xfail message carries the figures measured on each run.
+KNOWN: dict[tuple[str, int], dict[str, str]] = {}
 
 
 def _input_paths(run: dict, layout: str) -> list[str]:
