@@ -19,7 +19,10 @@ tracks of kernels (``compute``; memcpy/memset ``dma``; NCCL/RCCL kernels and XLA
 ``compute_engine`` track) only where the plane has no stream lines (TPUs), since on GPUs its
 ops aggregate the stream kernels; ``XLA Modules``, ``Steps`` and other derived lines are
 markers. Host lines are ``cpu_thread`` tracks of ``host`` events; a host event and a kernel with
-the same ``correlation_id`` are joined by a ``launch`` edge.
+the same ``correlation_id`` are joined by a ``launch`` edge, and the producer and consumers of
+one TSL context (stats ``_pt``/``_p`` and ``_ct``/``_c``: a thread pool's
+``ThreadpoolListener::Record`` and the worker's ``ThreadpoolListener::StartRegion`` of that
+task) by a ``flow`` edge.
 
 Times: see :mod:`xplane_events`; profilers that normalise line times to the profile start
 (lines before ``Task Environment``'s ``profile_start_time``) get that start added back, so

@@ -26,6 +26,11 @@ TEXT_STATS = ("hlo_op", "hlo_module", "tf_op", "name", "long_name", "source", "m
               "memset_details", "hlo_category")  # fmt: skip
 NUMBER_STATS = ("correlation_id", "bytes_accessed", "raw_bytes_accessed", "flops", "model_flops",
                 "group_id", "step_num", "program_id", "size", "bytes")  # fmt: skip
+#: Ids read exactly (int64, -1 where absent): the launch's correlation id, and the context ids of
+#: TSL's TraceMeProducer / TraceMeConsumer (``_p`` / ``_c``, their types ``_pt`` / ``_ct``): a
+#: thread pool's ``ThreadpoolListener::Record`` (a task enqueued) and the worker's
+#: ``ThreadpoolListener::StartRegion`` (that task started) carry the same id.
+ID_STATS = ("correlation_id", "_p", "_pt", "_c", "_ct")
 _SIZE_IN_DETAILS = re.compile(r"(?:^|\s)(?:size|num_bytes):(\d+)")
 
 
@@ -51,7 +56,7 @@ def plane_table(plane, time_shift_ns: int, counts: dict[str, int]) -> tuple[pd.D
     :data:`NUMBER_STATS` named ``stat.<name>``. Also returns the plane's own stats
     ({name: value})."""
     names = {int(k): m.name for k, m in plane.stat_metadata.items()}
-    wanted = {k for k, n in names.items() if n in TEXT_STATS or n in NUMBER_STATS}
+    wanted = {k for k, n in names.items() if n in TEXT_STATS or n in NUMBER_STATS or n in ID_STATS}
     line_of, meta, offset, duration = [], [], [], []
     st_ev, st_id, st_value = [], [], []
     aggregated = 0
@@ -150,14 +155,15 @@ def _stat_columns(table: pd.DataFrame, stats: pd.DataFrame) -> None:
         table[f"stat.{stat}"] = pd.to_numeric(col.reindex(np.arange(n)), errors="coerce").to_numpy(
             dtype=np.float64
         )
-    exact = stats[stats["stat"] == "correlation_id"]
-    corr = np.full(n, -1, dtype=np.int64)
-    values = exact["value"].to_numpy(dtype=object)
-    ok = np.ones(len(values), dtype=bool)
-    if infer_dtype(values, skipna=False) != "integer":  # text, doubles, inf: whole numbers only
-        ok = np.fromiter((_whole(v) for v in values), dtype=bool, count=len(values))
-    corr[exact["ev"].to_numpy()[ok]] = values[ok].astype(np.int64)
-    table["stat.correlation_id"] = corr  # 64-bit ids stay exact (not through float)
+    for stat in ID_STATS:  # a loop over five stats
+        exact = stats[stats["stat"] == stat]
+        ids = np.full(n, -1, dtype=np.int64)
+        values = exact["value"].to_numpy(dtype=object)
+        ok = np.ones(len(values), dtype=bool)
+        if infer_dtype(values, skipna=False) != "integer":  # text, doubles, inf: whole numbers
+            ok = np.fromiter((_whole(v) for v in values), dtype=bool, count=len(values))
+        ids[exact["ev"].to_numpy()[ok]] = values[ok].astype(np.int64)
+        table[f"stat.{stat}"] = ids  # 64-bit ids stay exact (not through float)
 
 
 def _whole(value) -> bool:

@@ -1,5 +1,6 @@
 """XPlane tables of one rank -> its canonical part: track and event kinds per line, fields from
-stats, ``launch`` edges by correlation id and one collective row per collective op.
+stats, ``launch`` edges by correlation id, ``flow`` edges by producer/consumer context and one
+collective row per collective op.
 
 See :mod:`xplane` for the rules. Fields: ``op`` = ``hlo_op`` (the op's own name on an ``XLA
 Ops`` line), ``layer`` = the framework op (``tf_op``, else the ``name`` stat, e.g.
@@ -50,6 +51,8 @@ _COMMUNICATION_KERNEL = re.compile(r"^_*(?:nccl|rccl)", re.IGNORECASE)
 _COPY = re.compile(r"memcpy|memset", re.IGNORECASE)
 _ASYNC_START = re.compile(r"-start(?:\.\d+)?$")
 _MODULE = "_module"
+#: TSL producer / consumer contexts, (type, id) per event: temporary columns (see ID_STATS).
+_CONTEXTS = ("_pt", "_p", "_ct", "_c")
 
 
 def collective_op(name: str) -> str:
@@ -139,6 +142,7 @@ def _frame(table: pd.DataFrame, tracks: list[tuple], device: str) -> pd.DataFram
             TRACK_ENGINE: pd.Categorical(engine),
             TRACK_DEVICE: pd.Categorical(np.full(len(table), device, dtype=object)),
             _MODULE: _stat(table, "hlo_module"),
+            **{c: _stat(table, c) for c in _CONTEXTS},
         }
     )
 
@@ -237,8 +241,30 @@ def device_part(meta: S.RankMeta, planes: list[tuple], host: pd.DataFrame | None
     edges = _launch_edges(events, is_device, meta)
     _copies_by_launch(events, edges)
     collectives = _collectives(events)
-    piece = Piece("events", events.drop(columns=_MODULE))
-    return finish_part(meta, [piece], [edges], collectives)
+    piece = Piece("events", events.drop(columns=[_MODULE, *_CONTEXTS]))
+    return finish_part(meta, [piece], [edges, _context_flows(events)], collectives)
+
+
+def _context_flows(events: pd.DataFrame) -> pd.DataFrame:
+    """``flow`` edges producer -> consumer of one TSL context (type and id): the event that
+    enqueued a thread pool's task (``ThreadpoolListener::Record``) -> the worker's start of it
+    (``ThreadpoolListener::StartRegion``), and XLA's other hand-offs (a launch to each device's
+    thread). A worker that idled until its task came binds to the enqueue that released it."""
+    producer = pd.DataFrame(
+        {"t": events["_pt"], "id": events["_p"], S.SRC: np.arange(len(events), dtype=np.int64)}
+    )
+    consumer = pd.DataFrame(
+        {"t": events["_ct"], "id": events["_c"], S.DST: np.arange(len(events), dtype=np.int64)}
+    )
+    pairs = producer[producer["id"] >= 0].merge(consumer[consumer["id"] >= 0], on=["t", "id"])
+    pairs = pairs[pairs[S.SRC] != pairs[S.DST]]
+    return pd.DataFrame(
+        {
+            S.SRC: pairs[S.SRC].to_numpy(dtype=np.int64),
+            S.DST: pairs[S.DST].to_numpy(dtype=np.int64),
+            S.EDGE_KIND: "flow",
+        }
+    )
 
 
 def _launch_edges(events: pd.DataFrame, is_device: np.ndarray, meta: S.RankMeta) -> pd.DataFrame:

@@ -9,7 +9,8 @@ Categories (they sum to the path length, first start of the job to its last end)
 - ``collective_transfer``: a collective moves data once every participant has arrived;
 - ``collective_skew``: the collective waits for a late rank, from the median arrival of the
   *other* participants to the last arrival;
-- ``host``: host-side work: runtime calls, launch latency, CPU time between launches, syncs;
+- ``host``: host-side work: runtime calls, launch latency, CPU time between launches, syncs, a
+  thread pool's task queued from its enqueue (a recorded flow into a host thread) to its start;
 - ``gap``: latency nothing in the trace explains, a host thread's idle stretches included (a
   wait on its previous call of at least ``path_idle.IDLE_THREAD_NS`` with nothing of the
   thread recorded: a ``time.sleep``; see :mod:`tracediag.graph.path_idle`).
@@ -108,6 +109,10 @@ def node_categories(graph: G.Graph, trace: S.Trace) -> tuple[np.ndarray, np.ndar
     gapc[code == G.COLL_START] = _CAT["collective_transfer"]
     po = code == G.PROGRAM_ORDER
     gapc[po & cpu_track[tk_index]] = _CAT["host"]
+    # A host thread bound by a recorded flow from another thread (a thread pool's worker that
+    # idled until the task enqueued for it started: XPlane's producer/consumer contexts) waited
+    # in the host's own queue: host time from the hand-off to its start, as for an inferred one.
+    gapc[(code == G.FLOW) & cpu_track[tk_index]] = _CAT["host"]
     # A DMA ring's gap after its previous packet is the transfer's per-packet overhead only when
     # the packet was ready (something recorded triggered it, and ended earlier): otherwise the
     # ring idled, which no transfer explains.

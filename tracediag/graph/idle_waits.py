@@ -429,6 +429,13 @@ def _bind(
     cand = cand[o]
     c_group, c_end = group[cand], end[cand]
     i = search_pairs(c_group, c_end, group[waiter], at, side="right") - 1
+    # The latest end on the waiter's own track is no candidate: then the one before that run of
+    # its track. A zero-length waiter ends at ``at`` itself (XLA's thread pools record only
+    # instants: a worker's ThreadpoolListener::StartRegion), and would hide every other track.
+    new_run = np.r_[True, track[cand][1:] != track[cand][:-1]]
+    before_run = np.flatnonzero(new_run)[np.cumsum(new_run) - 1] - 1
+    own = (i >= 0) & (track[cand[np.maximum(i, 0)]] == track[waiter])
+    i = np.where(own, before_run[np.maximum(i, 0)], i)
     ok = i >= 0
     ci = np.maximum(i, 0)
     src = cand[ci]
