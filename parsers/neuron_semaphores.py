@@ -42,7 +42,13 @@ import pyarrow.parquet as pq
 
 from tracediag.model import schema as S
 from tracediag.model.errors import TraceInputError
-from tracediag.parsers.neuron_common import ENGINE_ALIASES, column, ints, labels
+from tracediag.parsers.neuron_common import (
+    ENGINE_ALIASES,
+    column,
+    ints,
+    labels,
+    normalise_engines,
+)
 from tracediag.parsers.neuron_events import times
 
 #: A semaphore update and the end of the event that made it are at most this far apart (ns).
@@ -86,7 +92,7 @@ def semaphore_edges(
     waits = _matches(texts, len(instr), _WAIT, with_value=True)
     if not len(waits):
         return empty.assign(**{S.EDGE_KIND: "dependency"})
-    producers = _named_producers(texts, i_end, first["instruction"], tables, first)
+    producers = _named_producers(texts, i_ts, i_end, first["instruction"], tables, first)
     if updates is not None and {"timestamp", "id", "value"} <= set(updates.columns):
         values = _table_updates(updates)
         values = _attribute(values, producers, tables, first)
@@ -179,21 +185,24 @@ def _owners(text: pd.Series) -> np.ndarray:
 
 def _named_producers(
     texts: dict[str, pd.Series],
+    i_ts: np.ndarray,
     i_end: np.ndarray,
     instr_first: int,
     tables: dict[str, pd.DataFrame],
     first: dict[str, int],
 ) -> pd.DataFrame:
-    """Events that name a semaphore they increment on completion: (sem, end, src)."""
+    """Events that name a semaphore they increment on completion: (sem, end, src). A
+    collective trigger's increment (``S[15]++@complete``) happens when the collective it
+    triggers completes, so it is that collective's, at its end."""
     inc = _matches(texts, len(i_end), _INCREMENT, with_value=False)
+    row = inc["row"].to_numpy()
+    end, src = i_end[row], instr_first + row
+    cc_end, cc_src = _triggered_collectives(i_ts, tables, first)
+    moved = cc_src[row] >= 0
+    end, src = np.where(moved, cc_end[row], end), np.where(moved, cc_src[row], src)
     frames = [
         pd.DataFrame(
-            {
-                "sem": inc["sem"].to_numpy(),
-                "owner": inc["owner"].to_numpy(),
-                "end": i_end[inc["row"].to_numpy()],
-                "src": instr_first + inc["row"].to_numpy(),
-            }
+            {"sem": inc["sem"].to_numpy(), "owner": inc["owner"].to_numpy(), "end": end, "src": src}
         )
     ]
     dma = tables.get("dma")
@@ -217,6 +226,44 @@ def _named_producers(
         )
     out = pd.concat(frames, ignore_index=True)
     return out[np.isfinite(out["end"].to_numpy())].reset_index(drop=True)
+
+
+def _triggered_collectives(
+    i_ts: np.ndarray, tables: dict[str, pd.DataFrame], first: dict[str, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per instruction: the end and event row of the collective it triggered (the CcOp whose
+    ``trigger_start_ts`` is the instruction's start, on its ``trigger_engine`` where both name
+    an engine); NaN and -1 where it triggered none."""
+    end_of, src_of = np.full(len(i_ts), np.nan), np.full(len(i_ts), -1, dtype=np.int64)
+    cc, instr = tables.get("cc"), tables["instruction"]
+    trigger = column(cc, "trigger_start_ts") if cc is not None else None
+    if trigger is None or not len(cc):
+        return end_of, src_of
+    t, valid = ints(trigger, len(cc))
+    start, dur = times(cc)
+    cc_end = start.to_numpy(dtype=np.float64, na_value=np.nan) + dur.to_numpy(
+        dtype=np.float64, na_value=np.nan
+    )
+    ops = pd.DataFrame({"t": t, "end": cc_end, "src": first["cc"] + np.arange(len(cc))})
+    ops = ops[valid & np.isfinite(cc_end)]
+    near = np.flatnonzero(np.isin(i_ts, ops["t"].to_numpy()))  # the few trigger rows
+    rows = pd.DataFrame({"t": i_ts[near], "row": near})
+    by = ["t"]
+    cc_engine, i_engine = column(cc, "trigger_engine"), column(instr, "engine")
+    if cc_engine is not None and i_engine is not None:
+        ops["e"] = _engines(cc_engine)[ops.index.to_numpy()]
+        rows["e"] = _engines(i_engine)[near]
+        by = ["t", "e"]
+    ops = ops.astype({"t": np.float64})
+    hit = rows.merge(ops, on=by).drop_duplicates("row")
+    end_of[hit["row"].to_numpy()] = hit["end"].to_numpy()
+    src_of[hit["row"].to_numpy()] = hit["src"].to_numpy()
+    return end_of, src_of
+
+
+def _engines(values: pd.Series) -> np.ndarray:
+    """Canonical engine names per row, as objects."""
+    return np.asarray(normalise_engines(labels(values, len(values))), dtype=object)
 
 
 def _last_packet(dma: pd.DataFrame, end: np.ndarray) -> np.ndarray:

@@ -35,7 +35,7 @@ from tracediag.parsers.perfetto_decode import (
 #: Why :mod:`perfetto_tracks` skips a semaphore track's events (they are state, not work).
 SEMAPHORE_TRACK = "semaphore track events"
 #: The annotation names read here (the decoder keeps only wanted names).
-WANTED = frozenset({*TEXT_COLUMNS, "semaphore_id", "value", "update_source"})
+WANTED = frozenset({*TEXT_COLUMNS, "semaphore_id", "value", "update_source", "trigger_start_ts"})
 _EMPTY = pd.DataFrame(
     {S.SRC: np.zeros(0, np.int64), S.DST: np.zeros(0, np.int64), S.EDGE_KIND: "dependency"}
 )
@@ -57,7 +57,9 @@ def semaphore_edges(
     if not np.isin(ann["name"].to_numpy(dtype=object), TEXT_COLUMNS).any():
         return _EMPTY, {}  # no operand text: no wait can be read
     n = len(events)
-    texts = {c: _text(ann, c, n) for c in (*TEXT_COLUMNS, "semaphore_id")}
+    texts = {c: _text(ann, c, n) for c in (*TEXT_COLUMNS, "semaphore_id", "trigger_start_ts")}
+    # The collective a trigger instruction started: its increment is the collective's.
+    trigger = pd.to_numeric(pd.Series(texts["trigger_start_ts"]), errors="coerce").to_numpy()
     updates = _updates(d, ts, per_event)
     kind = events[S.KIND].to_numpy(dtype=object)
     start = events[S.TS].to_numpy(dtype=np.int64)
@@ -74,6 +76,7 @@ def semaphore_edges(
         for c in TEXT_COLUMNS:
             tables["instruction"][c] = texts[c][rows["instruction"]]
         tables["dma"]["semaphore_id"] = texts["semaphore_id"][rows["dma"]]
+        tables["cc"]["trigger_start_ts"] = trigger[rows["cc"]]
         sizes = np.cumsum([0] + [len(i) for i in rows.values()])
         first = dict(zip(rows, sizes[:-1].tolist(), strict=True))
         glob = np.concatenate(list(rows.values()))
