@@ -37,7 +37,13 @@ class HostBoundGaps(Rule):
         "removes); ranks whose trace is a sampled subset (TRC507) have no stalls to price. Stalls "
         "that overlap in time form one pause, named on the ranks that carry it (their stalls add "
         "up to at least `min_rank_share` of the most stalled rank's): one rank's sleep overlaps "
-        "the others' ordinary launch gaps, which hold nothing up.",
+        "the others' ordinary launch gaps, which hold nothing up. The ordinary launch gaps in "
+        "which the device drains its queue and then idles, longer than one launch call takes "
+        "(median), until the next launch (per-op dispatch from Python, a launch-bound loop) "
+        "are one more finding, weighed against the "
+        "step: how often and how long the device idles, the ops the host dispatches meanwhile "
+        "(the outermost host event that begins in the gap and issues the launch), and what "
+        "issuing each launch as much earlier as the device idled before it would save.",
         "why it matters": "When the device waits for the CPU to issue work, faster kernels do not "
         "help: the step is host-bound. HTA counts this as idle time of the GPU; here it is also "
         "placed on the critical path and priced.",
@@ -100,6 +106,12 @@ class HostBoundGaps(Rule):
         # What the device still runs in each stall (work queued before it), for the words.
         device_works = _device_busy_within(ctx, g.rank[nodes], idle_lo, g.start[nodes])
         hs, he = host["start_ns"].to_numpy(), host["end_ns"].to_numpy()
+        # A stalled thread's stretch with nothing recorded is a ``gap`` on the path (an idle
+        # thread, graph.path_idle), still the stall's time on the path: the alexnet warm-up's
+        # 269.5 ms inside aten::cudnn_convolution between two cudaFree calls was "0 ns on the
+        # host" when only ``host`` segments counted.
+        silent = seg[(seg["category"] == "gap").to_numpy() & seg["node"].isin(nodes).to_numpy()]
+        ss, se = silent["start_ns"].to_numpy(), silent["end_ns"].to_numpy()
         doing = _host_doing(ctx, nodes, idle_lo, g.start[nodes])
         found = 0
         for group in _by_cause(
@@ -111,8 +123,14 @@ class HostBoundGaps(Rule):
             )
             n = nodes[members]
             lo, hi = int(idle_lo[members].min()), int(g.start[n].max())
-            # the path's host time in the stalls' idle tails (their union: ranks overlap)
-            impact = int(interval_overlap(hs, he, idle_lo[members], g.start[n]).sum())
+            # the path's time at the stalls' idle tails (their union: ranks overlap): its host
+            # time there and the stalled threads' silences (nothing recorded) in them
+            tails = idle_lo[members], g.start[n]
+            unrecorded = int(interval_overlap(ss, se, *tails).sum())
+            impact = int(interval_overlap(hs, he, *tails).sum()) + unrecorded
+            inside = (
+                _open_around(ctx, n, *tails, interval_overlap(*tails, ss, se)) if unrecorded else ""
+            )
             # The host resumes when the device work it may wait for ends (``busy`` into the
             # gap), then takes its typical delay: the change removes the stall's excess over
             # the typical delay and no more (the wait is kept, not traded for the delay).
@@ -140,6 +158,8 @@ class HostBoundGaps(Rule):
                     impact,
                     ctx.share(impact),
                     int(device_works[members].sum()),
+                    unrecorded,
+                    inside,
                 )
                 + f" With the host's typical delay the step would be {fmt_ns(saving)} shorter{why}."
                 + warmup_note(ctx, ranks, lo, hi),
@@ -163,9 +183,13 @@ class HostBoundGaps(Rule):
                     # left out of the stalls: the gaps' heads while the device finished the
                     # run in progress, which the host may have waited for
                     "host_may_wait_for_device_ns": int(busy[members].sum()),
+                    # of the impact, the stretches the stalled threads recorded nothing in
+                    "unrecorded_ns": unrecorded,
                     **({"host_op": op, "host_op_ns": op_ns} if op else {}),
                 },
             )
+        # The ordinary launch gaps the device idles in (no stall among them): one pattern.
+        found += yield from self._dispatch_gaps(ctx, opts, host, nodes)
         if not found:
             impact = int(host["dur_ns"].sum())
             # host time blocked in calls that wait for the device is HST402's, not launching
@@ -198,10 +222,179 @@ class HostBoundGaps(Rule):
                 evidence={"host_ns": impact},
             )
 
+    def _dispatch_gaps(self, ctx, opts, host, stalls):
+        """One finding for the launch gaps on the path, other than ``stalls``, in which the
+        devices drain what was queued and then idle until the host issues its next launch
+        (per-op dispatch from Python, a launch-bound loop: each gap ordinary, together much of
+        the step). Priced by issuing each launch as much earlier as the devices idled before
+        it: the host then keeps up with the device. Returns how many findings it yielded."""
+        import numpy as np
 
-def _message(ranks, stall, instances, op, op_ns, layer, impact, share, device_ns=0) -> str:
+        from tracediag.analysis.intervals import interval_overlap
+        from tracediag.graph import dependencies as G
+        from tracediag.graph.replay import WhatIf
+        from tracediag.whatif.saving_limit import limit_clause
+
+        g = ctx.graph
+        n = np.unique(host["node"].to_numpy())
+        tr = np.where(g.track[n] >= 0, g.track[n], len(ctx.trace.tracks))
+        cpu = np.append(S.strings(ctx.trace.tracks[S.TRACK_KIND]) == "cpu_thread", False)
+        # the thread resumes after its previous call, or after the device work it waited for
+        resumes = np.isin(g.bind_code[n], (G.PROGRAM_ORDER, G.DEVICE_WAIT))
+        n = n[cpu[tr] & _launch_tracks(ctx)[tr] & resumes & ~np.isin(n, stalls) & (g.gap[n] > 0)]
+        lo, hi = g.start[n] - g.gap[n], g.start[n]
+        drained = _device_busy_until(ctx, g.rank[n], lo, hi, woken=False)
+        idle = hi - drained - _device_busy_within(ctx, g.rank[n], drained, hi)
+        # a gap another thread of the rank launches through is a wait for it (as for stalls)
+        fed = _launch_span_within(ctx, g.rank[n], drained, hi)
+        # an idle no longer than one launch call takes is the launch loop's own pace (a host
+        # issuing back to back idles the device that long): the even launch-bound step that
+        # the INFO finding below names; a longer one, the host is late dispatching
+        floor = _launch_call_ns(ctx)[g.rank[n]]
+        keep = (idle > floor) & (fed < _FED_SHARE * (hi - drained))
+        n, lo, drained, hi, idle = n[keep], lo[keep], drained[keep], hi[keep], idle[keep]
+        if not len(n):
+            return 0
+        hs, he = host["start_ns"].to_numpy(), host["end_ns"].to_numpy()
+        impact = int(interval_overlap(hs, he, drained, hi).sum())
+        # each launch goes out as much earlier as the device idled before it, no more (work
+        # queued before that still runs in the gap: the host is not moved ahead of it)
+        change = WhatIf.gaps(n, hi - lo - idle)
+        saving = int(ctx.what_if(change))
+        # a pattern of many small gaps is weighed against the step (the event_sync sample's
+        # two gaps, 8 µs, are 3% of its 263 µs path but 0.25% of its 3.154 ms step)
+        if max(ctx.cost_pct(impact), ctx.cost_pct(saving)) < opts["min_impact_pct"]:
+            return 0
+        ops = _dispatched_ops(ctx, _dispatching(ctx, n, lo, hi), idle)
+        op, op_gaps, op_idle = ops[0] if ops else ("", 0, 0)
+        ranks = tuple(sorted({int(r) for r in g.rank[n]}))
+        layer = _launched_layer(ctx, n)
+        why = limit_clause(ctx, change, saving, impact)
+        yield ctx.finding(
+            self,
+            severity=severity_by_saving(ctx.cost_pct(saving), opts, self.severity),
+            message=_dispatch_message(ranks, idle, ops, layer)
+            + f"; the critical path spends {fmt_ns(impact)} on the host there "
+            f"({ctx.share(impact)}). With each launch issued as much earlier as the device "
+            f"idled before it, the step would be {fmt_ns(saving)} shorter{why}.",
+            ranks=ranks,
+            engine="cpu",
+            layer=layer,
+            op=op,
+            start_ns=int(drained.min()),
+            end_ns=int(hi.max()),
+            impact_ns=impact,
+            saving_ns=saving,
+            change=change,
+            suggestion="Dispatch ahead of the device: compile the loop into fewer launches "
+            "(jax.jit around the whole step, lax.scan or fori_loop; torch.compile, CUDA graphs) "
+            "and keep blocking reads (block_until_ready, .item(), .cpu()) out of it, so the "
+            "host queues work while the device runs.",
+            evidence={
+                "gaps": len(n),
+                "device_idle_ns": int(idle.sum()),
+                "max_idle_ns": int(idle.max()),
+                "typical_gap_ns": int(np.median(hi - lo)),
+                **(
+                    {"host_op": op, "host_op_gaps": op_gaps, "host_op_idle_ns": op_idle}
+                    if op
+                    else {}
+                ),
+            },
+        )
+        return 1
+
+
+def _launch_call_ns(ctx) -> np.ndarray:
+    """Per rank (indexed by rank id): the median duration of its calls that launch device work
+    (a ``launch`` edge's source), 0 without: what one launch costs the host, so the least a
+    device idles between launches of a host that issues them back to back."""
+    import numpy as np
+    import pandas as pd
+
+    ev, ed = ctx.trace.events, ctx.trace.edges
+    src = np.unique(ed[S.SRC].to_numpy()[(ed[S.EDGE_KIND] == "launch").to_numpy()])
+    rank = ev[S.RANK].to_numpy()
+    out = np.zeros(int(max(rank.max(initial=0), ctx.graph.rank.max(initial=0))) + 1, np.int64)
+    cost = pd.Series(ev[S.DUR].to_numpy()[src]).groupby(rank[src]).median()
+    out[cost.index.to_numpy().astype(np.int64)] = cost.to_numpy().astype(np.int64)
+    return out
+
+
+def _dispatch_message(ranks, idle, ops, layer) -> str:
+    """How often and how long the device idles for the host's next launch, and the ops the
+    host is dispatching in that time (the first three by idle time)."""
+    who = f"The device of rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+    launched = f" ({layer})" if layer else ""
+    n = len(idle)
+    each = f", {fmt_ns(int(idle.min()))} to {fmt_ns(int(idle.max()))} each" if n > 1 else ""
+    what = (
+        f"{who} idles {n} time{'s' if n > 1 else ''} for {fmt_ns(int(idle.sum()))} in all{each}, "
+        f"waiting for the host to dispatch its next launch{launched}"
+    )
+    if not ops:
+        return what
+    named = ", ".join(
+        f"{op} in {k} gap{'s' if k > 1 else ''} ({fmt_ns(ns)})" for op, k, ns in ops[:3]
+    )
+    return f"{what}: the host is dispatching {named}"
+
+
+def _dispatching(ctx, nodes: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per gap ``[lo, hi]`` before launch call ``nodes[i]``: the outermost event on a CPU thread
+    of its rank that begins in the gap and is still running when the call is made (the op
+    whose dispatch issues the launch: ``PjitFunction(dot)`` around XLA's thunk, ``aten::mm``
+    around ``cudaLaunchKernel``); -1 where none."""
+    import numpy as np
+
+    from tracediag.analysis.intervals import overlap_pairs
+
+    g, ev = ctx.graph, ctx.trace.events
+    out = np.full(len(nodes), -1, np.int64)
+    track = ev[S.TRACK].to_numpy()
+    on_cpu = np.append(ctx.trace.tracks[S.TRACK_KIND].astype(str).to_numpy() == "cpu_thread", False)
+    cand = np.flatnonzero(on_cpu[np.where(track >= 0, track, len(on_cpu) - 1)])
+    ts = ev[S.TS].to_numpy()[cand]
+    stop = ts + ev[S.DUR].to_numpy()[cand]
+    o = np.argsort(lo, kind="stable")
+    item, win, _, _ = overlap_pairs(ts, stop, lo[o], hi[o] + 1)
+    win = o[win]
+    keep = (
+        (ev[S.RANK].to_numpy()[cand][item] == g.rank[nodes[win]])
+        & (ts[item] >= lo[win])
+        & (ts[item] < hi[win])
+        & (stop[item] > hi[win])
+        & (cand[item] != g.event[nodes[win]])
+    )
+    item, win = item[keep], win[keep]
+    first = np.lexsort((ts[item], win))  # per gap, the earliest start first
+    head = first[np.r_[True, win[first][1:] != win[first][:-1]]] if len(first) else first
+    out[win[head]] = cand[item[head]]
+    return out
+
+
+def _dispatched_ops(ctx, event: np.ndarray, idle: np.ndarray) -> list[tuple[str, int, int]]:
+    """The ops dispatched in the gaps (``event``, -1 for none): (name, gaps, their idle ns),
+    most idle time first."""
+    import numpy as np
+
+    names = _names(ctx, event)
+    named = names != ""
+    if not named.any():
+        return []
+    keys, inv = np.unique(names[named], return_inverse=True)
+    ns = np.bincount(inv, weights=idle[named]).astype(np.int64)
+    count = np.bincount(inv)
+    return [(str(keys[k]), int(count[k]), int(ns[k])) for k in np.argsort(-ns, kind="stable")]
+
+
+def _message(
+    ranks, stall, instances, op, op_ns, layer, impact, share, device_ns=0, unrecorded=0, inside=""
+) -> str:
     """What the host does in its stalls, once or ``instances`` times (one cause), and what the
-    device does meanwhile: the ``device_ns`` of work queued before them, then nothing."""
+    device does meanwhile: the ``device_ns`` of work queued before them, then nothing; the
+    ``unrecorded`` ns of the path there the stalled thread recorded nothing in (``inside`` the
+    op it was in, when one was open)."""
     who = f"The host of rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
     launched = f" ({layer})" if layer else ""
     total = int(stall.sum())
@@ -223,7 +416,36 @@ def _message(ranks, stall, instances, op, op_ns, layer, impact, share, device_ns
             f"{who} stalls {fmt_ns(int(stall.max()))} before launching more work{launched}{device}"
         )
         doing = f"; it runs {op} for {fmt_ns(op_ns)} of it" if op else ""
-    return f"{what}{doing}; the critical path spends {fmt_ns(impact)} on the host there ({share})."
+    if not unrecorded:
+        return (
+            f"{what}{doing}; the critical path spends {fmt_ns(impact)} on the host there ({share})."
+        )
+    within = f" (inside {inside})" if inside else ""
+    silent = "all of it" if unrecorded >= impact else f"{fmt_ns(unrecorded)} of it"
+    return (
+        f"{what}{doing}; the critical path spends {fmt_ns(impact)} on the host there ({share}), "
+        f"{silent} with nothing recorded on the thread{within}."
+    )
+
+
+def _open_around(ctx, nodes: np.ndarray, lo: np.ndarray, hi: np.ndarray, silent: np.ndarray) -> str:
+    """The name of the innermost event still open on the stalled thread over the stall with the
+    most ``silent`` ns (the op whose untraced work that is: cuDNN's inside
+    ``aten::cudnn_convolution``); "" when none is."""
+    import numpy as np
+
+    i = int(np.argmax(silent))
+    ev = ctx.trace.events
+    ts = ev[S.TS].to_numpy()
+    around = np.flatnonzero(
+        (ev[S.TRACK].to_numpy() == ctx.graph.track[nodes[i]])
+        & (ev[S.RANK].to_numpy() == ctx.graph.rank[nodes[i]])
+        & (ts <= lo[i])
+        & (ts + ev[S.DUR].to_numpy() >= hi[i])
+    )
+    if not len(around):
+        return ""
+    return str(ev[S.NAME].iloc[around[np.argmax(ts[around])]])
 
 
 #: A host op names a stall when it fills at least this share of the stall's idle tail; below,
@@ -351,7 +573,9 @@ def _launch_tracks(ctx) -> np.ndarray:
     return out
 
 
-def _device_busy_until(ctx, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+def _device_busy_until(
+    ctx, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray, woken: bool = True
+) -> np.ndarray:
     """Per stall [lo, hi] of a rank: until when the host may have waited for its device
     (clipped to [lo, hi]; ``lo`` where it did not). That is the end of the rank's busy run in
     progress at ``lo`` or starting within :data:`_QUEUED_START_NS` of it (work queued before
@@ -359,7 +583,8 @@ def _device_busy_until(ctx, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray) ->
     idling before it), when a thread of the rank wakes within
     :data:`~tracediag.graph.idle_waits.DEVICE_WAKE_TOLERANCE_NS` of that end: a wait the graph
     did not bind (too short for the inference to tell from overhead). A host that resumes
-    later was busy, not waiting, while the device drained its queue."""
+    later was busy, not waiting, while the device drained its queue. With ``woken`` False the
+    wake is not asked: when the device drained, whatever the host did meanwhile."""
     import numpy as np
 
     from tracediag.graph.idle_waits import DEVICE_WAKE_TOLERANCE_NS, device_busy_runs
@@ -386,7 +611,7 @@ def _device_busy_until(ctx, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray) ->
         first = np.searchsorted(starts, until, side="left")
         woke = first < len(starts)
         woke[woke] = starts[first[woke]] - until[woke] <= DEVICE_WAKE_TOLERANCE_NS
-        out[mine] = np.where(queued & woke, until, lo[mine])
+        out[mine] = np.where(queued & (woke | (not woken)), until, lo[mine])
     return out
 
 

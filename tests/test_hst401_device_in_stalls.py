@@ -73,7 +73,8 @@ def test_resnet50_stalls_say_the_device_runs_queued_work_then_idles():
         assert not [t for t in calls if lo < t < hi]
         busy.append(_covered(runs, lo, hi))
         windows.append(hi - lo)
-    (f,) = [f for f in diagnose(load([shared(RESNET)])).findings if f.code == "HST401"]
+    found = [f for f in diagnose(load([shared(RESNET)])).findings if f.code == "HST401"]
+    (f,) = [f for f in found if "max_stall_ns" in f.evidence]  # the other: dispatch gaps
     # the five stalls are the DataLoader calls of steps 2-6 (the first one runs beside 35 ms
     # of device work: not a stall)
     assert f.evidence["stalls"] == 5 and f.evidence["max_stall_ns"] == pytest.approx(
@@ -129,6 +130,10 @@ def test_df_index_backward_thread_launches_while_the_main_thread_waits():
         assert count.tolist() == [2311]
         assert (first[0], last[0]) == (mine[0] * 1000, mine[-1] * 1000)
         assert last[0] - first[0] > 0.9 * (hi - lo) * 1000
-    # so no stall is named: the step is launch-bound, evenly
+    # so no stall is named: the step is launch-bound, its ordinary launch gaps one pattern
+    # (the device idling 1-42 µs at a time until the next launch), the main thread's waits
+    # in backward() not among them (the autograd thread feeds the device meanwhile)
     (f,) = [f for f in diagnose(load([shared(DF_INDEX)])).findings if f.code == "HST401"]
-    assert f.saving_ns == 0 and "no single gap between launches stands out" in f.message
+    assert "max_stall_ns" not in f.evidence and f.evidence["gaps"] > 1000
+    assert 0 < f.saving_ns <= f.evidence["device_idle_ns"]
+    assert f.evidence["max_idle_ns"] < 0.01 * min(b["dur"] for b in backward) * 1000

@@ -330,6 +330,7 @@ def test_resnet50_backward_thread_holds_the_path_not_the_idle_main_thread():
     # HST401 no longer reports the backward as a launch stall: its stalls are data loading.
     loader = raw[raw["name"].str.startswith("enumerate(DataLoader)")]
     hst = [f for f in diagnose(trace).findings if f.code == "HST401" and f.saving_ns]
+    hst = [f for f in hst if "stalls" in f.evidence]  # not the dispatch gaps' pattern
     assert hst
     for f in hst:
         lo, hi = f.start_ns // US, f.end_ns // US
@@ -504,7 +505,8 @@ def test_jax_gemm_loop_path_follows_the_gpu_where_the_host_waits_for_it():
 
     # HST401 never calls the host stalled while the GPU computes: in each stall's window the
     # GPU runs no kernel, only a copy or two that the host launched during it (5-6 µs each).
-    hst = [f for f in diagnose(trace).findings if f.code == "HST401"]
+    # (the stalls; the dispatch gaps' pattern spans the run: tests/test_hst40x_review_s3.py)
+    hst = [f for f in diagnose(trace).findings if f.code == "HST401" and "stalls" in f.evidence]
     assert hst
     kernel = ~is_copy.to_numpy()
     for f in hst:
