@@ -5,7 +5,7 @@ Black box: only ``tracediag.load``/``tracediag.diagnose``, the loaded job's publ
 simulator in ``neuron_judge_writer`` (re-run with the cause removed for the savings), never
 from the tool.
 
-One test per run (cause x variant seed) loads the run's four layouts once and makes every
+One test per run (cause x variant seed) loads the run's five layouts once and makes every
 check on them (so pytest-xdist never loads a run twice). Each failed check has an id
 (``col201[parquet]``); ``KNOWN`` lists the checks the tool is known to fail, with the figures
 at the time. A run whose failing checks are exactly its known ones is an xfail carrying the
@@ -49,8 +49,10 @@ RUNS = [
     ("straggler", 8),
     ("straggler", 3),
     ("straggler", 54),
+    ("straggler", 29),  # Perfetto device traces: one file for all ranks
     ("dma", 0),
     ("dma", 16),
+    ("dma", 7),  # Perfetto device traces: profile_rank_<g>/ntff.pftrace
 ]
 SYSTEM_LAYOUTS = tuple(x for x in LAYOUTS if x not in DEVICE_LAYOUTS)
 DEVICE_ONLY = ("DMA", "CMP", "NUM")  # families only a device profile can show
@@ -65,12 +67,43 @@ CLI_LAYOUTS = ("parquet", "perfetto")
 # to the previous one's end only through each track's first transfer, legacy JSON DMA rows
 # without a block or trigger id given no trigger, so no source line for DMA104). Reasons in
 # short; the xfail message carries the figures measured on each run.
-KNOWN: dict[tuple[str, int], dict[str, str]] = {}
+# The Perfetto device traces (layout perfetto_device, added 2026-12-02): the run's DMA slices
+# with only the legacy JSON row keys (subgroup, transfer_size) stop the load with an IndexError;
+# read, no collective comes from the CC-core rows, so no COL201 and ranks left unaligned
+# (TRC503), rank folders/files profile_rank_<g> and pid = worker_gid do not give the ranks.
+_PFD_CRASH = {
+    "load[perfetto_device]": "IndexError on DMA slices that carry the legacy JSON keys only",
+    "same-device": "perfetto_device not loaded",
+    "same-all": "perfetto_device not loaded",
+}
+_PFD_NO_CC = {
+    "ends[perfetto_device]": "no collectives read from the CC-core rows",
+    "same-device": "perfetto_device gives TRC501/TRC503/TRC506, not the cause's findings",
+    "same-all": "perfetto_device gives TRC501/TRC503/TRC506, not the cause's findings",
+}
+_PFD_RANKS = {"ranks[perfetto_device]": "profile_rank_<g> names and pid = worker_gid not used"}
+_PFD_COL = {"col201[perfetto_device]": "no collectives, so no COL201"}
+_PFD_DMA = {"dma101[perfetto_device]": "DMA101 absent or its saving far from the truth"}
+KNOWN: dict[tuple[str, int], dict[str, str]] = {
+    ("clean", 0): _PFD_CRASH,
+    ("clean", 20): _PFD_CRASH,
+    ("straggler", 0): _PFD_CRASH,
+    ("straggler", 8): _PFD_CRASH,
+    ("straggler", 3): {**_PFD_NO_CC, **_PFD_COL},
+    ("straggler", 54): {**_PFD_NO_CC, **_PFD_COL},
+    ("straggler", 29): {**_PFD_NO_CC, **_PFD_COL, **_PFD_RANKS},
+    ("dma", 0): _PFD_CRASH,
+    ("dma", 16): {**_PFD_NO_CC, **_PFD_DMA, **_PFD_RANKS},
+    ("dma", 7): {**_PFD_NO_CC, **_PFD_DMA},
+}
 
 
 def _input_paths(run: dict, layout: str) -> list[str]:
     root = Path(run["paths"][layout])
-    if layout == "legacy_json" and run["variants"].json_layout == "dirs":
+    v = run["variants"]
+    if (layout == "legacy_json" and v.json_layout == "dirs") or (
+        layout == "perfetto_device" and v.pfd_files in ("rank_dirs", "ntff_dirs")
+    ):
         return [str(p) for p in sorted(root.iterdir())]  # one folder per rank: named one by one
     return [str(root)]
 
