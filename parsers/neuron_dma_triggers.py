@@ -198,9 +198,10 @@ def field_edges(
     open_blocks = np.flatnonzero(~reached)
     if len(rows) and len(open_blocks):
         pcore, _ = ints(column(instr, "pcore_idx"), len(instr))
+        engine = normalise_engines(instr["engine"])  # names for the trigger rows only
         trig = pd.DataFrame(
             {"row": rows, "lo": lo[rows], "hi": hi[rows], "end": end[rows], "pcore": pcore[rows],
-             "eng": np.asarray(normalise_engines(instr["engine"]), dtype=object)[rows]}
+             "eng": np.asarray(engine.categories, dtype=object)[engine.codes[rows]]}
         )  # fmt: skip
         chosen = _assign(blocks.iloc[open_blocks].reset_index(drop=True), trig)
         block = open_blocks[chosen.index.to_numpy(dtype=np.int64)]

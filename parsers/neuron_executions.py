@@ -43,8 +43,24 @@ def _start_end(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 def _engine_codes(instr: pd.DataFrame) -> np.ndarray:
     """Per instruction: one code per engine and physical core (LNC=2 cores run apart)."""
     pcore, _ = ints(column(instr, "pcore_idx"), len(instr))
-    engine = pd.factorize(np.asarray(normalise_engines(instr["engine"]), dtype=object))[0]
+    # The canonical engines' category codes: one per name (no string per row is made).
+    engine = normalise_engines(instr["engine"]).codes
     return engine.astype(np.int64) * 1024 + pcore
+
+
+def _combined_codes(codes: list[np.ndarray]) -> np.ndarray:
+    """One non-negative code per distinct tuple of the (non-negative) ``codes`` row by row, by
+    arithmetic on the codes (no tuple per row); renumbered where the product would overflow."""
+    key = np.zeros(len(codes[0]), dtype=np.int64)
+    span = 1
+    for c in codes:
+        size = int(c.max(initial=0)) + 1
+        if span * size >= 1 << 62:
+            key = pd.factorize(key)[0].astype(np.int64)
+            span = int(key.max(initial=0)) + 1
+        key = key * size + c
+        span *= size
+    return key
 
 
 #: The instruction's text that names it in the program: equal text, the same instruction.
@@ -65,8 +81,8 @@ def _repeats_first(instr: pd.DataFrame) -> np.ndarray | None:
     if "opcode" not in cols or len(cols) < 2:
         return None
     engine = _engine_codes(instr)
-    codes = [pd.factorize(instr[c], use_na_sentinel=False)[0] for c in cols]
-    text = pd.factorize(pd.MultiIndex.from_arrays([*codes, engine]))[0].astype(np.int64)
+    codes = [pd.factorize(instr[c], use_na_sentinel=False)[0].astype(np.int64) for c in cols]
+    text = _combined_codes([*codes, engine])  # only compared for equality
     s, _ = _start_end(instr)
     o = np.lexsort((np.arange(len(s)), s, engine))  # each engine's instructions in time order
     eng, t = engine[o], text[o]
@@ -194,6 +210,15 @@ def _dma_track_codes(dma: pd.DataFrame) -> np.ndarray:
     return code
 
 
+def _first_in_time(execution: np.ndarray, track: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Positions of the earliest row (ties: the first) of each (execution, track), in start
+    order (ties: row order)."""
+    order = np.argsort(start, kind="stable")
+    key = _combined_codes([execution[order], track[order] - track.min(initial=0)])
+    _, first = np.unique(key, return_index=True)
+    return order[np.sort(first)]
+
+
 def execution_edges(
     spans: Spans | None, tables: dict[str, tuple[pd.DataFrame, int] | None]
 ) -> pd.DataFrame:
@@ -227,13 +252,9 @@ def execution_edges(
     s, _ = _start_end(frame)
     ok = np.flatnonzero(np.isfinite(s) & (s >= starts[0]))
     k = np.searchsorted(starts, s[ok], side="right") - 1
-    heads = (
-        pd.DataFrame({"k": k, "eng": _engine_codes(frame)[ok], "s": s[ok], "row": ok})
-        .sort_values("s", kind="stable")
-        .drop_duplicates(["k", "eng"])
-    )
-    heads = heads[heads["k"].to_numpy() > 0]
-    k_of, dst = heads["k"].to_numpy(), first_row + heads["row"].to_numpy(dtype=np.int64)
+    heads = _first_in_time(k, _engine_codes(frame)[ok], s[ok])
+    heads = heads[k[heads] > 0]
+    k_of, dst = k[heads], first_row + ok[heads]
     if tables.get("dma") is not None:
         # Every transfer of a later execution too: a queue's transfers need not follow one
         # another (rings, lanes), and one without a known trigger would hang on the previous
@@ -245,15 +266,10 @@ def execution_edges(
         s, _ = _start_end(frame)
         ok = np.flatnonzero(np.isfinite(s) & (s >= starts[0]))
         k = np.searchsorted(starts, s[ok], side="right") - 1
-        track = _dma_track_codes(frame)[ok]
-        first = (
-            pd.DataFrame({"k": k, "track": track, "s": s[ok], "row": ok})
-            .sort_values("s", kind="stable")
-            .drop_duplicates(["k", "track"])
-        )
-        first = first[first["k"].to_numpy() > 0]
-        k_of = np.r_[k_of, first["k"].to_numpy()]
-        dst = np.r_[dst, first_dma + first["row"].to_numpy(dtype=np.int64)]
+        first = _first_in_time(k, _dma_track_codes(frame)[ok], s[ok])
+        first = first[k[first] > 0]
+        k_of = np.r_[k_of, k[first]]
+        dst = np.r_[dst, first_dma + ok[first]]
     src = last_row[k_of - 1]
     has = src >= 0
     return pd.DataFrame({S.SRC: src[has], S.DST: dst[has], S.EDGE_KIND: "dependency"})

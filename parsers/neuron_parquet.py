@@ -263,12 +263,13 @@ def io_tensor_bytes(tensors: pd.DataFrame) -> int:
 def active_time_per_engine(active: pd.DataFrame) -> dict[str, int]:
     """Busy nanoseconds per normalised engine (summed over pcores)."""
     _, dur = times(active)
-    busy = (
-        pd.Series(dur.to_numpy(dtype="float64", na_value=0.0))
-        .groupby(np.asarray(normalise_engines(active["engine"]), dtype=object))
-        .sum()
+    engine = normalise_engines(active["engine"])
+    # Summed per engine code (no name per row), in name order as a groupby on the names.
+    busy = np.bincount(
+        engine.codes, dur.to_numpy(dtype="float64", na_value=0.0), len(engine.categories)
     )
-    return {str(k): int(v) for k, v in busy.items()}
+    used = np.bincount(engine.codes, minlength=len(engine.categories)) > 0
+    return {str(k): int(v) for k, v in zip(engine.categories[used], busy[used], strict=True)}
 
 
 def _timed_table(

@@ -150,29 +150,66 @@ def _matches(
     texts: dict[str, pd.Series], n: int, pattern: re.Pattern, with_value: bool
 ) -> pd.DataFrame:
     """(row, sem[, value]) of every semaphore token ``pattern`` finds in the text columns (of
-    ``n`` rows), once each; the regex runs on each column's distinct texts, not per row."""
-    found = []
+    ``n`` rows), once each, in column, row and token order; the regex runs on each column's
+    distinct texts, not per row, and the rows take their texts' tokens by position."""
+    keys = ["row", "sem", "value"] if with_value else ["row", "sem"]
+    rows, picks, found = [], [], []
     for col in texts.values():
         cat = labels(col, n)
         hits = pd.Series(cat.categories.astype(str)).str.extractall(pattern)
-        if not len(hits):
-            continue
-        hits = hits.reset_index(level="match", drop=True).rename_axis("code").reset_index()
-        row = np.flatnonzero(np.isin(cat.codes, hits["code"].unique()))
-        rows = pd.DataFrame({"row": row, "code": np.asarray(cat.codes)[row]})
-        found.append(rows.merge(hits, on="code").drop(columns="code"))
-    keys = ["row", "sem", "value"] if with_value else ["row", "sem"]
+        if len(hits):
+            row, pick = _token_rows(np.asarray(cat.codes), hits, len(cat.categories))
+            rows.append(row)
+            picks.append(pick + sum(len(h) for h in found))
+            found.append(hits.reset_index(drop=True))
     if not found:
         out = pd.DataFrame({k: np.zeros(0, np.int64) for k in keys})
         return out.assign(owner=np.zeros(0, dtype=object))
-    out = pd.concat(found, ignore_index=True)
-    owner = _owners(out["owner"])
-    out = out[keys].astype(np.int64).assign(owner=owner).drop_duplicates()
+    hits = pd.concat(found, ignore_index=True)
+    numbers = [hits[k].to_numpy().astype(np.int64) for k in keys[1:]]
+    owner = _owners(hits["owner"])
+    token, bare = _codes_of([*numbers, owner]), _codes_of(numbers)  # with and without owner
+    row, pick = np.concatenate(rows), np.concatenate(picks)
+    once = ~pd.Series(row * (int(token.max()) + 1) + token[pick]).duplicated().to_numpy()
+    row, pick = row[once], pick[once]
     # One token named in two columns (``$S[15]`` and ``S[15] (Pool)``): the named one.
-    named = out[out["owner"].to_numpy() != ""][keys].drop_duplicates()
-    also_named = out[keys].merge(named.assign(_n=True), on=keys, how="left")["_n"].notna()
-    keep = (out["owner"].to_numpy() != "") | ~also_named.to_numpy()
-    return out[keep].reset_index(drop=True)
+    named = owner[pick] != ""
+    span = int(bare.max()) + 1
+    spelt_both = (np.bincount(bare[owner != ""], minlength=span) > 0) & (
+        np.bincount(bare[owner == ""], minlength=span) > 0
+    )
+    keep = np.ones(len(row), dtype=bool)
+    maybe = np.flatnonzero(~named & spelt_both[bare[pick]])
+    if len(maybe):
+        named_keys = row[named] * span + bare[pick[named]]
+        keep[maybe] = ~np.isin(row[maybe] * span + bare[pick[maybe]], named_keys)
+    row, pick = row[keep], pick[keep]
+    out = pd.DataFrame({"row": row, **{k: v[pick] for k, v in zip(keys[1:], numbers, strict=True)}})
+    return out.assign(owner=owner[pick])
+
+
+def _token_rows(
+    codes: np.ndarray, hits: pd.DataFrame, n_texts: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per token of each row (rows in order, a text's tokens in order): the row and the token's
+    position in ``hits`` (``extractall`` of the distinct texts: each text's tokens together,
+    texts in code order)."""
+    per_text = np.bincount(hits.index.get_level_values(0), minlength=n_texts)
+    first_hit = np.cumsum(per_text) - per_text
+    row = np.flatnonzero((codes >= 0) & (per_text[np.maximum(codes, 0)] > 0))
+    count = per_text[codes[row]]
+    within = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
+    return np.repeat(row, count), np.repeat(first_hit[codes[row]], count) + within
+
+
+def _codes_of(columns: list[np.ndarray]) -> np.ndarray:
+    """One code (0, 1, ...) per distinct tuple of the rows of ``columns`` (no tuple per row:
+    each step's codes stay below the row count, so the products cannot overflow)."""
+    key = np.zeros(len(columns[0]), dtype=np.int64)
+    for col in columns:
+        codes, uniques = pd.factorize(col)
+        key = pd.factorize(key * len(uniques) + codes)[0].astype(np.int64)
+    return key
 
 
 def _owners(text: pd.Series) -> np.ndarray:
@@ -251,8 +288,8 @@ def _triggered_collectives(
     by = ["t"]
     cc_engine, i_engine = column(cc, "trigger_engine"), column(instr, "engine")
     if cc_engine is not None and i_engine is not None:
-        ops["e"] = _engines(cc_engine)[ops.index.to_numpy()]
-        rows["e"] = _engines(i_engine)[near]
+        ops["e"] = _engines(cc_engine, ops.index.to_numpy())
+        rows["e"] = _engines(i_engine, near)
         by = ["t", "e"]
     ops = ops.astype({"t": np.float64})
     hit = rows.merge(ops, on=by).drop_duplicates("row")
@@ -261,9 +298,10 @@ def _triggered_collectives(
     return end_of, src_of
 
 
-def _engines(values: pd.Series) -> np.ndarray:
-    """Canonical engine names per row, as objects."""
-    return np.asarray(normalise_engines(labels(values, len(values))), dtype=object)
+def _engines(values: pd.Series, rows: np.ndarray) -> np.ndarray:
+    """Canonical engine names of ``rows``, as objects (made for those rows only)."""
+    engines = normalise_engines(labels(values, len(values)))
+    return np.asarray(engines.categories, dtype=object)[engines.codes[rows]]
 
 
 def _last_packet(dma: pd.DataFrame, end: np.ndarray) -> np.ndarray:
