@@ -1,4 +1,19 @@
-"""COL201: a rank arrives late at collectives and every other rank waits for it."""
+"""COL201: a rank arrives late at collectives and every other rank waits for it.
+
+Impact: the time the other ranks wait for the late rank, measured on arrivals at the
+collectives where it arrives last: each other participant waits from its own arrival to the late
+rank's (a job timing its collectives calls this the wait for the last); a rank's waits are merged
+over the collectives, so the part of the wait at DDP's second bucket that lies within the wait at
+the first counts once; the impact is the median of the other ranks' merged waits (the typical
+rank's time lost, in the same time as the step, not summed over ranks). It does not depend on
+where the critical path runs: a path that crosses the late rank's own delay (its sleep as a gap)
+instead of the others' waits shows the same straggler. The saving is the replay's, with the rank
+at its peers' median pace (:func:`straggler_change`); it can exceed the impact by the rank's own
+extra work and idle time the pace change removes, which the message then explains. It can also
+be less: an asynchronous collective waits while its rank computes on (DDP's bucket all-reduces
+during the backward, Neuron's collectives beside the next layer), and the message says how much
+of the wait the waiting ranks' own work runs beside (``wait_beside_own_work_ns``).
+"""
 
 from __future__ import annotations
 
@@ -36,7 +51,13 @@ class CollectiveStraggler(Rule):
         "measured on arrivals (the trigger of a Neuron collective, the start of an NCCL kernel or "
         "of a gloo range) after clock alignment, against the median arrival of the *other* "
         "participants. A rank last at fewer than `min_last_share` of any operation's instances is "
-        "reported as info at most: when the last place moves between ranks, it is noise.",
+        "reported as info at most: when the last place moves between ranks, it is noise. The "
+        "impact is the time the other ranks wait for it, from arrivals and wherever the critical "
+        "path runs: at each collective where it arrives last, each other participant waits from "
+        "its own arrival to the late rank's; a rank's waits are merged over the collectives (the "
+        "wait at a second collective that lies within the wait at the first counts once), and the "
+        "impact is the median over the other ranks. The saving is the replay with the rank at "
+        "the median pace of its peers.",
         "why it matters": "A synchronous collective cannot finish before its last participant "
         "arrives: every other rank idles for the straggler, so one slow rank sets the pace of the "
         "whole job. The critical path shows it as `collective_skew`.",
@@ -52,6 +73,9 @@ class CollectiveStraggler(Rule):
     def check(self, ctx, opts):
         import numpy as np
 
+        from tracediag.analysis.arrival_skew import waits_beside_own_work, waits_for_last
+        from tracediag.whatif.straggler_pace import DURATION_KINDS
+
         late = ctx.lateness
         # A stage waiting at a Recv is the pipeline's bubble: PIP601/PIP602 report those.
         late = late[late["synchronous"]]
@@ -61,14 +85,21 @@ class CollectiveStraggler(Rule):
         skew = seg[seg["category"] == "collective_skew"]
         graph = ctx.graph
         arrival_of = _arrival_nodes(graph, len(ctx.trace.events))
+        work = ctx.trace.events[S.KIND].isin(DURATION_KINDS).to_numpy()
         for rank, rows in late.groupby(S.RANK):
             late_rows = rows[(rows["late_ns"] > opts["min_late_ns"])]
             last_rows = late_rows[late_rows["last"]]
-            # Today's cost: the path's waits for this rank. The saving below is priced by replay
-            # whether or not today's path runs through those waits.
-            impact = int(skew.loc[skew["rank"] == rank, "dur_ns"].sum())
             if not len(last_rows):
                 continue
+            # Today's cost: the others' waits for this rank, from arrivals, wherever the path
+            # runs (it may cross the rank's own delay instead); the path's share is said apart.
+            waits = waits_for_last(late, int(rank), opts["min_late_ns"])
+            impact = int(round(float(np.median(waits)))) if len(waits) else 0
+            path_wait = int(skew.loc[skew["rank"] == rank, "dur_ns"].sum())
+            beside = waits_beside_own_work(
+                late, int(rank), ctx.trace.events, work, opts["min_late_ns"]
+            )
+            wait_steps = _steps_of(ctx, last_rows)
             nodes = arrival_of[late_rows[S.EVENT].to_numpy(dtype=np.int64)]
             ok = nodes >= 0
             change = straggler_change(
@@ -123,7 +154,9 @@ class CollectiveStraggler(Rule):
                 message=(
                     f"Rank {rank} arrives last at {len(last_rows)} of {n_inst} collectives "
                     f"({', '.join(f'{n} {op}' for op, n in ops.items())}), on average {fmt_ns(mean_late)} "
-                    f"after the median of the other participants; {_path_wait(ctx, impact)} "
+                    f"after the median of the other participants; "
+                    f"{_wait_text(ctx, impact, waits, path_wait, wait_steps)}"
+                    f"{_beside_text(impact, beside)} "
                     f"Arriving with the median rank, the step would be {fmt_ns(saving)} shorter."
                     f"{_beyond_wait(impact, int(saving), own_ops, own_gaps)}{cause}{rotating}{clocks}"
                 ),
@@ -148,6 +181,10 @@ class CollectiveStraggler(Rule):
                     "mean_late_ns": mean_late,
                     "max_late_ns": int(last_rows["late_ns"].max()),
                     "total_late_ns": int(late_rows["late_ns"].sum()),
+                    "wait_by_rank_ns": {str(r): int(v) for r, v in waits.items()},
+                    "path_wait_ns": path_wait,
+                    "wait_beside_own_work_ns": {str(r): int(v) for r, v in beside.items()},
+                    "wait_steps": wait_steps,
                     "worst": [
                         {"coll_key": int(k), "op": str(o), "late_ns": int(v), "arrival_ns": int(a)}
                         for k, o, v, a in zip(
@@ -239,9 +276,9 @@ _BEYOND_WAIT_SHARE = 0.05
 
 
 def _beyond_wait(impact: int, saving: int, own_ops: int, own_gaps: int) -> str:
-    """Why a saving exceeds the others' wait on the path: the pace change also shortens the late
-    rank's own work and idle time, which the step runs through as well (before the first wait,
-    between the collectives, after the last)."""
+    """Why a saving exceeds the others' wait for the rank (the impact): the pace change also
+    shortens the late rank's own work and idle time, which the step runs through as well (before
+    the first wait, between the collectives, after the last)."""
     if not impact or saving - impact <= _BEYOND_WAIT_SHARE * impact:  # the same, within noise
         return ""
     return (
@@ -252,12 +289,53 @@ def _beyond_wait(impact: int, saving: int, own_ops: int, own_gaps: int) -> str:
     )
 
 
-def _path_wait(ctx, impact: int) -> str:
-    """Today's cost of the waits on the critical path, or that the path does not run through
-    them (the replay's saving then comes from the rank's pace alone)."""
-    if impact:
-        return f"the others wait {fmt_ns(impact)} on the critical path ({ctx.share(impact)})."
-    return "today's critical path does not run through the others' waits for it."
+def _wait_text(ctx, impact: int, waits: pd.Series, path_wait: int, steps: int) -> str:
+    """The others' wait for the rank (the impact, ``waits`` per waiting rank) and how much of it
+    today's critical path runs through (none: the path crosses other work, the rank's own delay
+    for one; more: the path follows the ranks that wait longest)."""
+    per_step = f"{fmt_ns(impact / steps)} per step in {steps} steps, " if steps > 1 else ""
+    if len(waits) == 1:
+        who, how = f"rank {waits.index[0]} waits", "from its own arrival to the late rank's"
+    else:
+        who, how = (
+            "the other ranks wait",
+            "the median over them of the time from their own arrival to its",
+        )
+    text = f"{who} {fmt_ns(impact)} for it ({ctx.share(impact)}): {per_step}{how}"
+    if not path_wait:
+        return f"{text}; today's critical path does not run through those waits."
+    if path_wait <= impact:
+        return f"{text}; {fmt_ns(path_wait)} of it is on today's critical path."
+    return (
+        f"{text}; today's critical path runs through {fmt_ns(path_wait)} of waits for it, "
+        f"following the ranks that wait longest (up to {fmt_ns(int(waits.max()))})."
+    )
+
+
+def _beside_text(impact: int, beside: pd.Series) -> str:
+    """That the waiting ranks' own work runs beside part of their wait (median over them): they
+    idle for less than the wait. Nothing where that part is within rounding."""
+    import numpy as np
+
+    part = int(round(float(np.median(beside)))) if len(beside) else 0
+    if part <= _BEYOND_WAIT_SHARE * impact:
+        return ""
+    whose = "its" if len(beside) == 1 else "their"
+    return (
+        f" {whose.capitalize()} own work runs beside {fmt_ns(part)} of that wait (the "
+        f"collectives run asynchronously), idle for the rest."
+    )
+
+
+def _steps_of(ctx, rows: pd.DataFrame) -> int:
+    """How many steps hold the rank's arrivals of ``rows`` (0 where the trace has no steps)."""
+    import numpy as np
+
+    ev = ctx.trace.events
+    if S.STEP not in ev:
+        return 0
+    step = ev[S.STEP].to_numpy(dtype=np.float64)[rows[S.EVENT].to_numpy(dtype=np.int64)]
+    return int(len(np.unique(step[~np.isnan(step)])))
 
 
 def _last_share(rows: pd.DataFrame) -> float:

@@ -66,3 +66,28 @@ def test_worked_example_without_straggler_has_no_skew():
     trace = assemble([rank_part(0), rank_part(1)])
     d = diagnose(trace, Config(select=["COL201"]))
     assert d.findings == []
+
+
+def _async_wait_job():
+    """Two ranks at one AllReduce: rank 0 arrives at 100 ns and computes on to 250 ns beside
+    its wait; rank 1 arrives at 400 ns."""
+    specs = [RankSpec(r) for r in range(2)]
+    for r, spec in enumerate(specs):
+        arrival = 400 if r else 100
+        work = spec.add("MATMUL", "tensor", "compute", 0, arrival)
+        coll = spec.add("AllReduce", "cc", "collective", 400, 450)
+        spec.collective(coll, "ar0", arrival)
+        spec.dep(work, coll)
+    specs[0].add("ADD", "vector", "compute", 100, 250)
+    return build(*specs)
+
+
+def test_col201_impact_is_the_wait_and_says_what_runs_beside_it():
+    d = diagnose(_async_wait_job(), Config(select=["COL201"]))
+    (f,) = d.findings
+    # Rank 0 waits from its arrival (100) to rank 1's (400); its vector work runs 100-250.
+    assert (f.ranks, f.impact_ns) == ((1,), 300)
+    assert f.evidence["wait_by_rank_ns"] == {"0": 300}
+    assert f.evidence["wait_beside_own_work_ns"] == {"0": 150}
+    assert "rank 0 waits 300 ns for it" in f.message
+    assert "Its own work runs beside 150 ns of that wait" in f.message

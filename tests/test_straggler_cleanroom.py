@@ -83,12 +83,42 @@ def test_col201_saving_is_the_truths_within_15_percent(jobs, preset):
     assert abs(f.saving_ns - want) <= SAVING_TOLERANCE * want, (f.saving_ns, want)
 
 
+def _merged_wait(intervals: list[tuple[int, int]]) -> int:
+    """Length of the union of [start, end) intervals."""
+    total, reach = 0, None
+    for a, b in sorted(intervals):
+        if reach is None or b > reach:
+            total += b - (a if reach is None else max(a, reach))
+            reach = b
+    return total
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_col201_impact_is_the_truths_wait_for_the_late_rank(jobs, preset):
+    # Truth: per collective the simulation's true arrivals and each rank's wait for the last.
+    # Per waiting rank, its waits at the late rank's collectives merged in time; the median rank.
+    d, truth = jobs[preset]
+    rank, _ = _truth_late(truth)
+    waits: dict[str, list[tuple[int, int]]] = {}
+    for c in truth["collectives"]:
+        if c["last_rank"] != rank or c["lateness_ns"] <= 0:
+            continue
+        for r, t in c["arrival_true_ns"].items():
+            if int(r) != rank:
+                waits.setdefault(r, []).append((t, t + c["wait_ns"][r]))
+    merged = sorted(_merged_wait(v) for v in waits.values())
+    want = (merged[(len(merged) - 1) // 2] + merged[len(merged) // 2]) / 2
+    (f,) = _col201(d)
+    assert f.impact_ns == pytest.approx(want, rel=0.02)
+
+
 def test_col201_prices_the_straggler_beyond_the_waits_on_todays_path(jobs):
     # The DLRM-like job's path crosses few of the waits for rank 5 (the others' own all_to_all
-    # work is longer); the replay at the median pace still finds the whole saving.
+    # work is longer); the impact, measured on arrivals, holds all of them, and the replay at
+    # the median pace still finds the whole saving.
     d, truth = jobs["all_to_all_dlrm_like"]
     (f,) = _col201(d)
-    assert f.impact_ns < 0.25 * f.saving_ns
+    assert f.evidence["path_wait_ns"] < 0.25 * f.saving_ns < f.impact_ns
     assert f.saving_ns >= (1 - SAVING_TOLERANCE) * _window_saving(d, truth)
 
 
@@ -112,8 +142,9 @@ def test_col201_reports_a_straggler_whose_wait_is_off_todays_path():
     assert [seg for seg in d.analysis.path.segments["category"]] == ["compute"]
     (f,) = d.findings
     assert f.ranks == (1,) and f.evidence["mean_late_ns"] == 100
-    # No wait on the path today; at the median pace rank 1's vector work ends at 500 ns.
-    assert (f.impact_ns, f.saving_ns) == (0, 500)
+    # Ranks 0 and 2 wait 100 ns for it, off today's path; at the median pace rank 1's vector
+    # work ends at 500 ns.
+    assert (f.impact_ns, f.evidence["path_wait_ns"], f.saving_ns) == (100, 0, 500)
     assert "does not run through" in f.message
 
 

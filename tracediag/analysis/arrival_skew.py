@@ -37,6 +37,67 @@ def lateness(coll: pd.DataFrame) -> pd.DataFrame:
     return c
 
 
+def waits_for_last(late: pd.DataFrame, rank: int, min_late_ns: int = 0) -> pd.Series:
+    """ns each other participant waits for ``rank`` at the collectives ``rank`` arrives at last
+    (and more than ``min_late_ns`` after the others' median), measured on arrivals: at each such
+    instance from the participant's own arrival to ``rank``'s (what a job that times its
+    collectives calls the wait for the last), merged over the instances per waiting rank, so a
+    wait at one collective that lies within the wait at another counts once (DDP launches the
+    second bucket's all-reduce while the first still waits for the late rank). Indexed by the
+    waiting rank, sorted; ranks that never wait for it are left out.
+
+    ``late`` is :func:`lateness`'s table. Where the critical path runs has no part in it.
+    """
+    return _merged_length(*_wait_intervals(late, rank, min_late_ns))
+
+
+def waits_beside_own_work(
+    late: pd.DataFrame, rank: int, events: pd.DataFrame, work: np.ndarray, min_late_ns: int = 0
+) -> pd.Series:
+    """ns of each other participant's wait for ``rank`` (:func:`waits_for_last`, same index)
+    during which its own work runs beside it: its events where ``work`` is set, on any of its
+    tracks. An asynchronous collective waits while its rank computes on, so the step loses
+    only the rest of the wait."""
+    group, start, end = _wait_intervals(late, rank, min_late_ns)
+    waiting = np.unique(group)
+    ev_rank = events[S.RANK].to_numpy()
+    mine = work & np.isin(ev_rank, waiting)
+    ts = events[S.TS].to_numpy(dtype=np.int64)[mine]
+    te = ts + events[S.DUR].to_numpy(dtype=np.int64)[mine]
+    both_g = np.concatenate([group, ev_rank[mine]])
+    both = _merged_length(both_g, np.concatenate([start, ts]), np.concatenate([end, te]))
+    own = _merged_length(ev_rank[mine], ts, te).reindex(waiting, fill_value=0)
+    # |waits ∩ work| = |waits| + |work| - |waits ∪ work|
+    return (_merged_length(group, start, end) + own - both.reindex(waiting)).astype(np.int64)
+
+
+def _wait_intervals(late: pd.DataFrame, rank: int, min_late_ns: int):
+    """(waiting rank, start, end) of each other participant's wait for ``rank``: from its own
+    arrival to ``rank``'s, at the instances ``rank`` arrives last and late."""
+    mine = late[(late[S.RANK] == rank) & late["last"] & (late["late_ns"] > min_late_ns)]
+    # A damaged trace can list a rank twice at one instance: its latest arrival is the one waited for.
+    until = mine.groupby(S.COLL_KEY)[S.ARRIVAL].max()
+    others = late[late[S.COLL_KEY].isin(until.index) & (late[S.RANK] != rank)]
+    start = others[S.ARRIVAL].to_numpy(dtype=np.int64)
+    end = until.reindex(others[S.COLL_KEY]).to_numpy(dtype=np.int64)
+    return others[S.RANK].to_numpy(), start, end
+
+
+def _merged_length(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> pd.Series:
+    """Per group: the length of the union of its intervals [start, end)."""
+    order = np.lexsort((start, group))
+    g, s, e = group[order], start[order], end[order]
+    # Sorted by start, each interval adds what it reaches beyond every earlier one of its group.
+    reach = pd.Series(e).groupby(g).cummax().to_numpy()
+    before = np.empty_like(reach)
+    before[1:] = reach[:-1]
+    first = np.ones(len(g), dtype=bool)
+    first[1:] = g[1:] != g[:-1]
+    before[first] = np.iinfo(np.int64).min
+    added = np.clip(e - np.maximum(s, before), 0, None)
+    return pd.Series(added).groupby(g).sum().astype(np.int64)
+
+
 #: Fractions of the colour scale where the colour steps up (levels 1 to 4).
 LEVELS = (0.02, 0.25, 0.5, 0.75)
 #: The colour scale is at least this share of the critical path: lateness far below it is noise

@@ -49,7 +49,8 @@ def family_of(code: str) -> str:
 class Finding:
     """One diagnosed problem.
 
-    ``impact_ns`` is the time this cause occupies on the critical path; ``saving_ns`` what the
+    ``impact_ns`` is the time this cause occupies on the critical path (COL201: the other
+    ranks' wait for the late rank, from arrivals, wherever the path runs); ``saving_ns`` what the
     step would gain if it were fixed, from replaying the graph with the cause restored to what
     its peers achieve. Times are aligned ns. ``evidence`` holds numbers and event ids.
     """

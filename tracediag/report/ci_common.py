@@ -55,8 +55,9 @@ def finding_figures(finding: dict, report: dict) -> str:
         "",
         f"severity: {finding['severity']}",
         f"where: {', '.join(where)}",
-        f"impact on the critical path: {fmt_ns(finding['impact_ns'])} "
-        f"({finding['impact_pct']:.2f}% of {fmt_ns(report['critical_path']['length_ns'])})",
+        # A share of the path, not always time on it (COL201: the others' wait, wherever).
+        f"impact: {fmt_ns(finding['impact_ns'])} ({finding['impact_pct']:.2f}% of the "
+        f"{fmt_ns(report['critical_path']['length_ns'])} critical path)",
         f"what-if saving: {fmt_ns(finding['saving_ns'])}",
     ]
     span = window(finding, report["critical_path"]["start_ns"])

@@ -51,7 +51,8 @@ class FindingDetailScreen(Screen):
             ("engine / track", f"{f.engine or '-'} / {f.track or '-'}"),
             ("layer / op", f"{f.layer or '-'} / {f.op or '-'}"),
             ("window", f"{fmt_ns(f.start_ns - base)} to {fmt_ns(f.end_ns - base)}"),
-            ("impact", f"{fmt_ns(f.impact_ns)} on the critical path ({f.impact_pct:.2f}%)"),
+            # A share of the path, not always time on it (COL201: the others' wait, wherever).
+            ("impact", f"{fmt_ns(f.impact_ns)} ({f.impact_pct:.2f}% of the critical path)"),
             ("what-if saving", f"{fmt_ns(f.saving_ns)} shorter step if fixed"),
         ):
             numbers.add_row(label, value)
