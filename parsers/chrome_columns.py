@@ -57,11 +57,14 @@ COLLECTIVE_ARGS = (
     "Process Group Ranks",
     "Seq",
 )
+# The scalar inputs of an op, given with record_shapes only: a ``c10d::send``/``recv_``'s peer
+# rank (kineto_host). On every op then, so read in a pass of its own, not with the rare keys.
+SHAPE_ARGS = ("Concrete Inputs",)
 # ... and as the values given (None where absent): thread names, sync kinds, collective fields.
-VALUE_ARGS = ("name", "cuda_sync_kind", *COLLECTIVE_ARGS)  # "name": of M events (META_ARGS)
+VALUE_ARGS = ("name", "cuda_sync_kind", *COLLECTIVE_ARGS, *SHAPE_ARGS)  # "name": of M events
 META_ARGS = ("name",)
 # The other value keys: on few events (collectives, sync records).
-RARE_ARGS = tuple(k for k in VALUE_ARGS if k not in META_ARGS)
+RARE_ARGS = tuple(k for k in VALUE_ARGS if k not in META_ARGS + SHAPE_ARGS)
 _NO_RARE_ARGS = (None,) * len(RARE_ARGS)
 TEXT_KEYS = ("ph", "cat", "name", "pid", "tid")
 # Phases whose ``id``/``bind_id``/``bp`` are read: flows and async begin/end.
@@ -376,6 +379,8 @@ class ColumnBuilder:
         if len(some):
             for key, values in zip(RARE_ARGS, zip(*tuples[some], strict=True), strict=True):
                 self.values[key].add(_array(values, len(some)), self.n, with_args[some])
+        for key in SHAPE_ARGS:
+            self.values[key].add(_array(access.arg(key, objects), m), self.n, with_args)
 
     def finish(self, metadata: dict, rewritten: dict, drop_terminator: bool) -> EventColumns:
         """The columns of everything added; ``drop_terminator`` drops a final ``{}`` event.

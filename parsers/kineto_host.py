@@ -22,6 +22,11 @@ A trace without GPU events has nothing but CPU slices, so its work is on CPU thr
   (``"{group}|{op}|{ordinal}"``): gloo ranges carry no sequence number. The group is the default
   process group of ``distributedInfo.pg_config`` (gloo ranges do not say which group they serve),
   else the world.
+- Send/Recv are point-to-point: their group is the pair (rank, peer) and a Send matches its
+  peer's Recv by their order on the link (``"{src}>{dst}|P2P|{k}"``), the peer read from the
+  launch's scalar inputs (``record_shapes`` only; without them the ordinal key above stays).
+  Their ``gloo:send``/``gloo:recv`` range runs on the calling thread around the wait, after the
+  launch posted the transfer: the collective arrives at the launch, which is part of it.
 - Edges (kind ``launch``): the calling thread's last work ending at or before the gloo range's
   start -> the range (the gloo work may start before the launch returns, so the launch itself is
   not always its predecessor). Edges (kind ``sync``): the range -> the calling thread's first op
@@ -129,22 +134,28 @@ def host_collectives(
     coll, op = coll[o], op[o]
     kind[coll] = KIND["collective"]
     _fold_into_collectives(rows, kind, coll)
-    group = _default_group(info)
+    default = _default_group(info)
     ordinal = _ordinal_per_op(op)
     key = np.char.add(
-        np.char.add(f"{group}|", op.astype(str)), np.char.add("|", ordinal.astype(str))
-    )
+        np.char.add(f"{default}|", op.astype(str)), np.char.add("|", ordinal.astype(str))
+    ).astype(object)
     n = len(coll)
+    group = np.full(n, default, dtype=object)
+    launch_of = np.full(len(gloo), -1, dtype=np.int64)
+    launch_of[pair[pair >= 0]] = launches[pair >= 0]
+    launch_of = np.concatenate([launch_of, unpaired])[o]
+    _point_to_point(rows, op, launch_of, meta.rank, key, group)
+    arrival = _posted_at(rows, kind, coll, op, launch_of)
     table = pd.DataFrame(
         {
             S.EVENT: coll.astype(np.int64),
-            S.MATCH_KEY: key.astype(object),
+            S.MATCH_KEY: key,
             S.COLL_OP: op.astype(object),
-            S.GROUP: np.full(n, group, dtype=object),
+            S.GROUP: group,
             S.SEQ: np.full(n, -1, dtype=np.int64),
             S.BYTES: np.full(n, np.nan),
-            S.ARRIVAL: rows.ts[coll],
-            S.START: rows.ts[coll],
+            S.ARRIVAL: arrival,
+            S.START: arrival,
             S.END: rows.end[coll],
             S.ALGORITHM: np.full(n, "", dtype=object),
             S.ALGBW: np.full(n, np.nan),
@@ -155,6 +166,46 @@ def host_collectives(
     paired = pair >= 0
     edges = _edges(rows, kind, launches[paired], gloo[pair[paired]])
     return table, edges
+
+
+def _point_to_point(rows: Rows, op, launch_of, rank: int, key, group) -> None:
+    """Send/Recv rows whose launch names its peer get the pair as their group and a key that
+    matches a Send with its Recv, in place: ``"{src}>{dst}|P2P|{k}"`` for the k-th transfer from
+    src to dst on this rank (the sender's k-th Send to dst is dst's k-th Recv from src).
+
+    The peer is the third scalar input of ``c10d::send``/``c10d::recv_`` (``dstRank``/
+    ``srcRank``), which the profiler writes with ``record_shapes`` only (``Concrete Inputs``).
+    Without it the rows keep the default group's ordinal key (the pairs cannot be told)."""
+    p2p = np.flatnonzero(np.isin(op, ("Send", "Recv")) & (launch_of >= 0))
+    if not len(p2p) or rank < 0:
+        return
+    inputs = pd.Series(rows.args.value("Concrete Inputs", launch_of[p2p]), dtype=object)
+    peer = pd.to_numeric(inputs.str[2], errors="coerce").to_numpy(dtype=np.float64)
+    known = np.isfinite(peer) & (peer >= 0) & (peer != rank)
+    p2p, peer = p2p[known], peer[known].astype(np.int64)
+    if not len(p2p):
+        return
+    sends = op[p2p] == "Send"
+    src, dst = np.where(sends, rank, peer), np.where(sends, peer, rank)
+    link = np.char.add(np.char.add(src.astype(str), ">"), dst.astype(str))
+    ordinal = _ordinal_per_op(link)  # per (src, dst), in time order
+    key[p2p] = np.char.add(np.char.add(link, "|P2P|"), ordinal.astype(str))
+    lo, hi = np.minimum(src, dst).astype(str), np.maximum(src, dst).astype(str)
+    group[p2p] = np.char.add(np.char.add(lo, ","), hi)
+
+
+def _posted_at(rows: Rows, kind: np.ndarray, coll, op, launch_of) -> np.ndarray:
+    """Per collective, when its rank reached it: the start of its range, or for a Send/Recv
+    whose ``gloo:`` range runs on the launching thread, the launch's start. gloo posts the
+    transfer in ``c10d::send``/``recv_`` (which blocks while the socket is full) and records
+    ``gloo:send``/``recv`` around the wait that follows, so the transfer spans both: the
+    launch becomes part of the collective (a marker, in place), not host work before it."""
+    arrival = rows.ts[coll].copy()
+    posted = np.isin(op, ("Send", "Recv")) & (launch_of >= 0)
+    posted[posted] = rows.thread[launch_of[posted]] == rows.thread[coll[posted]]
+    arrival[posted] = np.minimum(arrival[posted], rows.ts[launch_of[posted]])
+    kind[launch_of[posted]] = KIND["marker"]
+    return arrival
 
 
 def _fold_into_collectives(rows: Rows, kind: np.ndarray, coll: np.ndarray) -> None:

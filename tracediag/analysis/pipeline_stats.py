@@ -33,15 +33,26 @@ def rank_busy(ctx, ranks) -> pd.DataFrame:
 
 
 def recv_waits(ctx) -> pd.Series:
-    """Per rank: ns its Recvs waited between arrival and the transfer's start."""
+    """Per rank: ns its Recvs waited from their arrival until the transfer could start: the
+    later of the recorded start and the Send side's arrival (a gloo Recv is posted, then waits
+    in one range for the data, so its start is its arrival)."""
     coll = ctx.trace.collectives
-    recv = coll[coll[S.COLL_OP].astype(str).str.lower() == "recv"]
-    return (recv[S.START] - recv[S.ARRIVAL]).clip(lower=0).groupby(recv[S.RANK]).sum()
+    last = coll.groupby(S.COLL_KEY)[S.ARRIVAL].transform("max")
+    recv = (coll[S.COLL_OP].astype(str).str.lower() == "recv").to_numpy()
+    waited = np.maximum(coll[S.START], last)[recv] - coll[S.ARRIVAL][recv]
+    return waited.clip(lower=0).groupby(coll[S.RANK][recv]).sum()
 
 
 def micro_batches(ctx) -> int:
-    """Micro-batches per step: the forward Sends (to a later stage) on the busiest link; without
-    Send/Recv sides, half the transfers on it (one forward, one backward per micro-batch)."""
+    """Micro-batches per step: the forward Sends (to a later stage) on the busiest link over the
+    steps in the window; without Send/Recv sides, half the transfers on it (one forward, one
+    backward per micro-batch)."""
+    transfers = _transfers_per_link(ctx)
+    return max(1, round(transfers / ctx.n_steps)) if transfers else 0
+
+
+def _transfers_per_link(ctx) -> int:
+    """The forward Sends on the busiest link in the window, else half its transfers."""
     coll = ctx.trace.collectives
     op = coll[S.COLL_OP].astype(str).str.lower()
     p2p = coll[op.isin(P2P_OPS)]
