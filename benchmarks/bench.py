@@ -36,7 +36,7 @@ stage's best wall time, best CPU time and lowest peak. Not part of the unit test
 ``--suite real`` runs the real public traces of ``../shared/traces`` (``kineto_*.json.gz``;
 none there: nothing to run) instead of generated cases: per trace, ``--paired N`` (default 3)
 alternations of the floor (``orjson.loads`` of the decompressed text, read untimed) and
-``report``, their median ratio and the report's peak RSS; one ``read`` stage for the event
+``report``, their median ratio (of wall and of CPU seconds) and the report's peak RSS; one ``read`` stage for the event
 count and the documents the piecewise Chrome reader gave up on (``fallbacks``: each decoded a
 second time, whole; any is printed, so that none hides); and, where HolisticTraceAnalysis is
 installed in a venv of its own (``--hta-python``, default ``../htavenv/bin/python``), HTA's
@@ -197,15 +197,15 @@ def run_paired(case: Case, out: Path, pairs: int) -> None:
     )
 
 
-def _hta_load(python: Path, trace: RealTrace) -> float | None:
-    """HTA's load time of the trace (wall seconds), None where it failed."""
+def _hta_load(python: Path, trace: RealTrace) -> dict | None:
+    """HTA's load time of the trace (``wall`` and ``cpu`` seconds), None where it failed."""
     cmd = [str(python), str(Path(__file__).with_name("hta_load.py")), str(trace.path)]
     try:
         *_, stdout = _run_child(cmd)
     except StageFailed as exc:
         print(f"  {trace.name}: HTA failed: {str(exc).splitlines()[-1]}", file=sys.stderr)
         return None
-    return json.loads(stdout.strip().splitlines()[-1])["wall"]
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def run_real(
@@ -231,21 +231,29 @@ def run_real(
         ensure(trace, out, print)
         print(f"  {trace.name}", file=sys.stderr, flush=True)
         floors, reports, ratios, peaks, base_ratios = [], [], [], [], []
+        cpu_ratios, floor_cpus, report_cpus, base_cpu_ratios, base_cpus = [], [], [], [], []
         try:
             read = _measure(trace, "read", out, 1)
             for _ in range(pairs):
                 floor = _measure(trace, "floor", out, 1)
                 report = _measure(trace, "report", out, 1)
                 if baseline is not None:
-                    wall, *_ = _run_child(_stage_cmd(trace, "report", out), cwd=baseline)
+                    wall, cpu, *_ = _run_child(_stage_cmd(trace, "report", out), cwd=baseline)
                     base_ratios.append(wall / floor.wall)
+                    base_cpu_ratios.append(cpu / max(floor.cpu, 1e-6))
+                    base_cpus.append(cpu)
                 floors.append(floor.wall)
                 reports.append(report.wall)
                 ratios.append(report.wall / floor.wall)
+                # CPU seconds: steadier than wall time when others share the cores.
+                floor_cpus.append(floor.cpu)
+                report_cpus.append(report.cpu)
+                cpu_ratios.append(report.cpu / max(floor.cpu, 1e-6))
                 peaks.append(report.peak_mib)
         except StageFailed as exc:  # the other traces are still measured
             print(f"  {trace.name} failed: {exc}", file=sys.stderr, flush=True)
             continue
+        hta = _hta_load(hta_python, trace) if hta_python and isinstance(trace, RealTrace) else None
         rows.append(
             {
                 "trace": trace.name,
@@ -256,12 +264,22 @@ def run_real(
                 "report_s": statistics.median(reports),
                 "ratio": statistics.median(ratios),
                 "ratio_range": [min(ratios), max(ratios)],
+                "floor_cpu_s": statistics.median(floor_cpus),
+                "report_cpu_s": statistics.median(report_cpus),
+                "cpu_ratio": statistics.median(cpu_ratios),
                 "report_peak_mib": min(peaks),
-                "hta_load_s": _hta_load(hta_python, trace)
-                if hta_python and isinstance(trace, RealTrace)
-                else None,
+                "hta_load_s": hta and hta["wall"],
+                "hta_load_cpu_s": hta and hta["cpu"],
                 "fallbacks": sum(read.extra.get("chrome_fallbacks", {}).values()),
-                **({"baseline_ratio": statistics.median(base_ratios)} if base_ratios else {}),
+                **(
+                    {
+                        "baseline_ratio": statistics.median(base_ratios),
+                        "baseline_cpu_ratio": statistics.median(base_cpu_ratios),
+                        "baseline_report_cpu_s": statistics.median(base_cpus),
+                    }
+                    if base_ratios
+                    else {}
+                ),
             }
         )
     _print_real(rows, pairs)
@@ -275,20 +293,23 @@ def _print_real(rows: list[dict], pairs: int) -> None:
     )
     print(
         f"{'trace':<40}{'MiB':>6}{'events':>9}{'floor s':>8}{'report s':>9}{'ratio':>9}"
-        f"{'peak MiB':>9}{'HTA s':>7}{'fallbacks':>10}"
+        f"{'cpu s':>7}{'cpu ratio':>10}{'peak MiB':>9}{'HTA s':>7}{'HTA cpu':>8}{'fallbacks':>10}"
     )
     for r in rows:
         hta = "-" if r["hta_load_s"] is None else f"{r['hta_load_s']:.2f}"
+        hta_cpu = "-" if r["hta_load_cpu_s"] is None else f"{r['hta_load_cpu_s']:.2f}"
         print(
             f"{r['trace'][:39]:<40}{r['bytes'] / 2**20:>6.1f}{r['events']:>9,}{r['floor_s']:>8.3f}"
-            f"{r['report_s']:>9.2f}{r['ratio']:>9,.1f}{r['report_peak_mib']:>9,.0f}{hta:>7}"
+            f"{r['report_s']:>9.2f}{r['ratio']:>9,.1f}{r['report_cpu_s']:>7.2f}"
+            f"{r['cpu_ratio']:>10,.1f}{r['report_peak_mib']:>9,.0f}{hta:>7}{hta_cpu:>8}"
             f"{r['fallbacks']:>10}"
         )
     for r in rows:
         if "baseline_ratio" in r:
             print(
                 f"{r['trace'][:39]:<40}baseline tree's report / floor: median "
-                f"{r['baseline_ratio']:.2f} (this tree {r['ratio']:.2f})"
+                f"{r['baseline_ratio']:.2f} (this tree {r['ratio']:.2f}); CPU: "
+                f"{r['baseline_cpu_ratio']:.2f} (this tree {r['cpu_ratio']:.2f})"
             )
     if any(r["fallbacks"] for r in rows):
         names = ", ".join(r["trace"] for r in rows if r["fallbacks"])

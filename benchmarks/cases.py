@@ -13,6 +13,8 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import subprocess
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -124,8 +126,6 @@ def ensure(case: Case | RealTrace, out: Path, say) -> None:
     if isinstance(case, RealTrace):
         case.root(out).mkdir(parents=True, exist_ok=True)
         return
-    from tracediag.generator import generate
-
     root = case.root(out)
     stamp = root / "case.json"
     want = {**asdict(case), "layout": _LAYOUT}
@@ -133,9 +133,22 @@ def ensure(case: Case | RealTrace, out: Path, say) -> None:
         return
     shutil.rmtree(root, ignore_errors=True)
     say(f"generating {case.name}: {case.about}")
+    # In a child process: Linux carries a process's peak RSS across fork and exec, so every
+    # stage started by a benchmark process that generated a big case in itself would report
+    # that peak as its own.
+    subprocess.run([sys.executable, __file__, json.dumps(asdict(case)), str(root)], check=True)
+    stamp.write_text(json.dumps(want, indent=2) + "\n")
+
+
+def _generate(case: Case, root: Path) -> None:
+    from tracediag.generator import generate
+
     generate(case.scenario, root, formats=(case.fmt,), ranks=case.ranks, scale=case.scale)
     if case.fmt == "chrome":  # the targets are relative to the uncompressed file
         for gz in sorted((root / "chrome").glob("*.json.gz")):
             gz.with_suffix("").write_bytes(gzip.decompress(gz.read_bytes()))
             gz.unlink()
-    stamp.write_text(json.dumps(want, indent=2) + "\n")
+
+
+if __name__ == "__main__":  # ensure()'s generating process: CASE_JSON ROOT
+    _generate(Case(**json.loads(sys.argv[1])), Path(sys.argv[2]))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import zlib
 from collections import Counter, deque
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -42,7 +43,10 @@ from tracediag.parsers.chrome_columns import (
 from tracediag.parsers.chrome_decode import HUGE_INTS
 
 _PIECE_BYTES = 4 << 20
-# Helpers start once this many runs were seen: a small trace is not worth a process.
+_Run = bytes | tuple[int, int]  # a run's text, or its span of the file (chrome_chunks)
+# Helpers start once this many runs were seen, and only when two runs at least are left for
+# them: a file of one or two runs has nothing to decode in parallel, and a pool costs it ~0.08
+# CPU s (the fork, the helper's faults on shared pages, the result's pickling).
 _POOL_AFTER_RUNS = 1
 # Runs a helper holds at most (queued or decoding): enough that it never waits for this
 # process, which also streams the file and joins the results.
@@ -112,8 +116,8 @@ def _read_in_pieces(
     waiting: deque[_Slot] = deque()
     pool: ProcessPoolExecutor | None = None
     try:
-        for i, (run, separator) in enumerate(pieces):
-            if helpers > 1 and pool is None and i >= _POOL_AFTER_RUNS:
+        for i, (run, separator, more) in enumerate(_with_more(pieces)):
+            if helpers > 1 and pool is None and i >= _POOL_AFTER_RUNS and more:
                 pool = ProcessPoolExecutor(helpers, mp_context=worker_pool.start_context())
             result = None
             if pool is not None and _in_hand(waiting) < _IN_HAND_PER_HELPER * helpers:
@@ -137,6 +141,17 @@ def _read_in_pieces(
     del builder
     release_free_memory()  # the pieces' arrays, copied into the joined columns
     return columns
+
+
+def _with_more(pieces: Iterable[tuple[_Run, bytes]]) -> Iterator[tuple[_Run, bytes, bool]]:
+    """Each run and its separator, and whether another run follows it (one run read ahead)."""
+    ahead = None
+    for piece in pieces:
+        if ahead is not None:
+            yield (*ahead, True)
+        ahead = piece
+    if ahead is not None:
+        yield (*ahead, False)
 
 
 def _in_hand(waiting: deque[_Slot]) -> int:

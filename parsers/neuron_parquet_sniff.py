@@ -10,8 +10,8 @@ from pathlib import Path
 from tracediag.io.files import head
 from tracediag.model.errors import TraceInputError
 from tracediag.parsers.neuron_common import natural_key
+from tracediag.parsers.neuron_parquet_files import is_profile_dir
 from tracediag.parsers.neuron_parquet_profiles import data_path_profiles_dir
-from tracediag.parsers.neuron_parquet_tables import is_profile_dir
 
 FORMAT = "neuron-parquet"
 #: A device profile on a NeuronCore clock: the loader joins system profiles onto it.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracediag.parsers.neuron_parquet_tables import is_profile_dir, table_files
+from tracediag.parsers.neuron_parquet_files import is_profile_dir, table_files
 
 FORMAT = "neuron-system-parquet"
 #: The hardware a profile that names none ran on (the documented default target).
