@@ -57,6 +57,14 @@ class HostBoundGaps(Rule):
     def check(self, ctx, opts):
         import numpy as np
 
+        from tracediag.analysis.host_launches import (
+            FED_SHARE,
+            device_busy_until,
+            device_busy_within,
+            launch_span_within,
+            launch_tracks,
+            launched_layer,
+        )
         from tracediag.analysis.intervals import interval_overlap
         from tracediag.analysis.peers import device_ranks
         from tracediag.graph.replay import WhatIf
@@ -82,7 +90,7 @@ class HostBoundGaps(Rule):
         g = ctx.graph
         on_path = np.isin(nodes, host["node"].to_numpy())
         tr = g.track[nodes]
-        launching = _launch_tracks(ctx)[np.where(tr >= 0, tr, len(ctx.trace.tracks))]
+        launching = launch_tracks(ctx)[np.where(tr >= 0, tr, len(ctx.trace.tracks))]
         peer = launching & ~np.isin(g.rank[nodes], g.rank[nodes[on_path]])
         keep = on_path | peer
         nodes, typical, on_path = nodes[keep], typical[keep], on_path[keep]
@@ -90,7 +98,7 @@ class HostBoundGaps(Rule):
         # host may have waited for them (a sync the trace does not show), which no host change
         # removes; the what-if resumes the host at that instant at the earliest.
         lo_n = g.start[nodes] - g.gap[nodes]
-        busy = _device_busy_until(ctx, g.rank[nodes], lo_n, g.start[nodes]) - lo_n
+        busy = device_busy_until(ctx, g.rank[nodes], lo_n, g.start[nodes]) - lo_n
         stalled = g.gap[nodes] - busy > opts["outlier_factor"] * np.maximum(typical, 1)
         nodes, typical, busy = nodes[stalled], typical[stalled], busy[stalled]
         on_path = on_path[stalled]
@@ -99,12 +107,12 @@ class HostBoundGaps(Rule):
         # of the silence waits for that thread (the main thread in backward() while the
         # autograd thread launches the backward's kernels): no host stopped feeding the device.
         # (One copy launched by another thread in the middle of a stall leaves it a stall.)
-        fed = _launch_span_within(ctx, g.rank[nodes], idle_lo, g.start[nodes])
-        quiet = fed < _FED_SHARE * (g.start[nodes] - idle_lo)
+        fed = launch_span_within(ctx, g.rank[nodes], idle_lo, g.start[nodes])
+        quiet = fed < FED_SHARE * (g.start[nodes] - idle_lo)
         nodes, typical, busy = nodes[quiet], typical[quiet], busy[quiet]
         on_path, idle_lo = on_path[quiet], idle_lo[quiet]
         # What the device still runs in each stall (work queued before it), for the words.
-        device_works = _device_busy_within(ctx, g.rank[nodes], idle_lo, g.start[nodes])
+        device_works = device_busy_within(ctx, g.rank[nodes], idle_lo, g.start[nodes])
         hs, he = host["start_ns"].to_numpy(), host["end_ns"].to_numpy()
         # A stalled thread's stretch with nothing recorded is a ``gap`` on the path (an idle
         # thread, graph.path_idle), still the stall's time on the path: the alexnet warm-up's
@@ -142,7 +150,7 @@ class HostBoundGaps(Rule):
             why = limit_clause(ctx, change, int(saving), impact)
             found += 1
             ranks = tuple(sorted({int(r) for r in g.rank[n]}))
-            layer = _launched_layer(ctx, n)
+            layer = launched_layer(ctx, n)
             stall = g.gap[n] - busy[members]
             op, op_ns = _cause_of(ctx, doing[0][members], doing[1][members])
             yield ctx.finding(
@@ -230,6 +238,16 @@ class HostBoundGaps(Rule):
         it: the host then keeps up with the device. Returns how many findings it yielded."""
         import numpy as np
 
+        from tracediag.analysis.host_launches import (
+            FED_SHARE,
+            device_busy_until,
+            device_busy_within,
+            dispatching,
+            launch_call_ns,
+            launch_span_within,
+            launch_tracks,
+            launched_layer,
+        )
         from tracediag.analysis.intervals import interval_overlap
         from tracediag.graph import dependencies as G
         from tracediag.graph.replay import WhatIf
@@ -241,17 +259,17 @@ class HostBoundGaps(Rule):
         cpu = np.append(S.strings(ctx.trace.tracks[S.TRACK_KIND]) == "cpu_thread", False)
         # the thread resumes after its previous call, or after the device work it waited for
         resumes = np.isin(g.bind_code[n], (G.PROGRAM_ORDER, G.DEVICE_WAIT))
-        n = n[cpu[tr] & _launch_tracks(ctx)[tr] & resumes & ~np.isin(n, stalls) & (g.gap[n] > 0)]
+        n = n[cpu[tr] & launch_tracks(ctx)[tr] & resumes & ~np.isin(n, stalls) & (g.gap[n] > 0)]
         lo, hi = g.start[n] - g.gap[n], g.start[n]
-        drained = _device_busy_until(ctx, g.rank[n], lo, hi, woken=False)
-        idle = hi - drained - _device_busy_within(ctx, g.rank[n], drained, hi)
+        drained = device_busy_until(ctx, g.rank[n], lo, hi, woken=False)
+        idle = hi - drained - device_busy_within(ctx, g.rank[n], drained, hi)
         # a gap another thread of the rank launches through is a wait for it (as for stalls)
-        fed = _launch_span_within(ctx, g.rank[n], drained, hi)
+        fed = launch_span_within(ctx, g.rank[n], drained, hi)
         # an idle no longer than one launch call takes is the launch loop's own pace (a host
         # issuing back to back idles the device that long): the even launch-bound step that
         # the INFO finding below names; a longer one, the host is late dispatching
-        floor = _launch_call_ns(ctx)[g.rank[n]]
-        keep = (idle > floor) & (fed < _FED_SHARE * (hi - drained))
+        floor = launch_call_ns(ctx)[g.rank[n]]
+        keep = (idle > floor) & (fed < FED_SHARE * (hi - drained))
         n, lo, drained, hi, idle = n[keep], lo[keep], drained[keep], hi[keep], idle[keep]
         if not len(n):
             return 0
@@ -265,10 +283,10 @@ class HostBoundGaps(Rule):
         # two gaps, 8 µs, are 3% of its 263 µs path but 0.25% of its 3.154 ms step)
         if max(ctx.cost_pct(impact), ctx.cost_pct(saving)) < opts["min_impact_pct"]:
             return 0
-        ops = _dispatched_ops(ctx, _dispatching(ctx, n, lo, hi), idle)
+        ops = _dispatched_ops(ctx, dispatching(ctx, n, lo, hi), idle)
         op, op_gaps, op_idle = ops[0] if ops else ("", 0, 0)
         ranks = tuple(sorted({int(r) for r in g.rank[n]}))
-        layer = _launched_layer(ctx, n)
+        layer = launched_layer(ctx, n)
         why = limit_clause(ctx, change, saving, impact)
         yield ctx.finding(
             self,
@@ -305,22 +323,6 @@ class HostBoundGaps(Rule):
         return 1
 
 
-def _launch_call_ns(ctx) -> np.ndarray:
-    """Per rank (indexed by rank id): the median duration of its calls that launch device work
-    (a ``launch`` edge's source), 0 without: what one launch costs the host, so the least a
-    device idles between launches of a host that issues them back to back."""
-    import numpy as np
-    import pandas as pd
-
-    ev, ed = ctx.trace.events, ctx.trace.edges
-    src = np.unique(ed[S.SRC].to_numpy()[(ed[S.EDGE_KIND] == "launch").to_numpy()])
-    rank = ev[S.RANK].to_numpy()
-    out = np.zeros(int(max(rank.max(initial=0), ctx.graph.rank.max(initial=0))) + 1, np.int64)
-    cost = pd.Series(ev[S.DUR].to_numpy()[src]).groupby(rank[src]).median()
-    out[cost.index.to_numpy().astype(np.int64)] = cost.to_numpy().astype(np.int64)
-    return out
-
-
 def _dispatch_message(ranks, idle, ops, layer) -> str:
     """How often and how long the device idles for the host's next launch, and the ops the
     host is dispatching in that time (the first three by idle time)."""
@@ -340,45 +342,14 @@ def _dispatch_message(ranks, idle, ops, layer) -> str:
     return f"{what}: the host is dispatching {named}"
 
 
-def _dispatching(ctx, nodes: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Per gap ``[lo, hi]`` before launch call ``nodes[i]``: the outermost event on a CPU thread
-    of its rank that begins in the gap and is still running when the call is made (the op
-    whose dispatch issues the launch: ``PjitFunction(dot)`` around XLA's thunk, ``aten::mm``
-    around ``cudaLaunchKernel``); -1 where none."""
-    import numpy as np
-
-    from tracediag.analysis.intervals import overlap_pairs
-
-    g, ev = ctx.graph, ctx.trace.events
-    out = np.full(len(nodes), -1, np.int64)
-    track = ev[S.TRACK].to_numpy()
-    on_cpu = np.append(ctx.trace.tracks[S.TRACK_KIND].astype(str).to_numpy() == "cpu_thread", False)
-    cand = np.flatnonzero(on_cpu[np.where(track >= 0, track, len(on_cpu) - 1)])
-    ts = ev[S.TS].to_numpy()[cand]
-    stop = ts + ev[S.DUR].to_numpy()[cand]
-    o = np.argsort(lo, kind="stable")
-    item, win, _, _ = overlap_pairs(ts, stop, lo[o], hi[o] + 1)
-    win = o[win]
-    keep = (
-        (ev[S.RANK].to_numpy()[cand][item] == g.rank[nodes[win]])
-        & (ts[item] >= lo[win])
-        & (ts[item] < hi[win])
-        & (stop[item] > hi[win])
-        & (cand[item] != g.event[nodes[win]])
-    )
-    item, win = item[keep], win[keep]
-    first = np.lexsort((ts[item], win))  # per gap, the earliest start first
-    head = first[np.r_[True, win[first][1:] != win[first][:-1]]] if len(first) else first
-    out[win[head]] = cand[item[head]]
-    return out
-
-
 def _dispatched_ops(ctx, event: np.ndarray, idle: np.ndarray) -> list[tuple[str, int, int]]:
     """The ops dispatched in the gaps (``event``, -1 for none): (name, gaps, their idle ns),
     most idle time first."""
     import numpy as np
 
-    names = _names(ctx, event)
+    from tracediag.analysis.host_launches import event_names
+
+    names = event_names(ctx, event)
     named = names != ""
     if not named.any():
         return []
@@ -486,24 +457,16 @@ def _host_doing(ctx, nodes: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple
     return event, covered
 
 
-def _names(ctx, event: np.ndarray) -> np.ndarray:
-    """Event names (``""`` for -1), read for these rows only."""
-    import numpy as np
-
-    out = np.full(len(event), "", dtype=object)
-    has = event >= 0
-    out[has] = ctx.trace.events[S.NAME].iloc[event[has]].astype(str).to_numpy()
-    return out
-
-
 def _by_cause(clusters, on_path, doing, ctx) -> list[list]:
     """The clusters the path waits on, those whose largest stall the same host op fills (one
     DataLoader ``__next__`` per step) grouped as one cause; largest total stall first (the
     clusters' order), a cluster without a named op alone."""
     import numpy as np
 
+    from tracediag.analysis.host_launches import event_names
+
     event, covered = doing
-    names = _names(ctx, event)
+    names = event_names(ctx, event)
     groups: dict = {}
     for i, m in enumerate(clusters):
         if not on_path[m].any():  # other ranks' stalls alone: not this path's pause
@@ -517,7 +480,9 @@ def _cause_of(ctx, event: np.ndarray, covered: np.ndarray) -> tuple[str, int]:
     """The host op that fills most of these stalls (by the ns it covers) and those ns."""
     import numpy as np
 
-    names = _names(ctx, event)
+    from tracediag.analysis.host_launches import event_names
+
+    names = event_names(ctx, event)
     if not (names != "").any():
         return "", 0
     keys, inv = np.unique(names, return_inverse=True)
@@ -531,6 +496,7 @@ def _host_stalls(ctx, factor: float) -> tuple[np.ndarray, np.ndarray]:
     work, or from a launch to its kernel) exceeds ``factor`` times the typical one, and that typical value for each."""
     import numpy as np
 
+    from tracediag.analysis.host_launches import launch_tracks
     from tracediag.graph import dependencies as G
 
     g = ctx.graph
@@ -540,7 +506,7 @@ def _host_stalls(ctx, factor: float) -> tuple[np.ndarray, np.ndarray]:
     # records launches: a Python tracer's line (JAX's ``python`` thread: thousands of nested
     # frames 130 ns apart) or a pool thread would set a "typical" no launch ever takes.
     on_cpu = tk == "cpu_thread"
-    launching = on_cpu & _launch_tracks(ctx)[np.where(g.track >= 0, g.track, len(track_kind))]
+    launching = on_cpu & launch_tracks(ctx)[np.where(g.track >= 0, g.track, len(track_kind))]
     nodes, values = [], []
     for sel, pool in (
         (on_cpu, launching if launching.any() else on_cpu),
@@ -558,117 +524,6 @@ def _host_stalls(ctx, factor: float) -> tuple[np.ndarray, np.ndarray]:
     if not nodes:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     return np.concatenate(nodes), np.concatenate(values)
-
-
-def _launch_tracks(ctx) -> np.ndarray:
-    """Per track (and a trailing False for none): a device track, or a host thread with an
-    event that launches device work (a recorded ``launch`` edge)."""
-    import numpy as np
-
-    kinds = ctx.trace.tracks[S.TRACK_KIND].astype(str).to_numpy()
-    out = np.append(kinds != "cpu_thread", False)
-    ed = ctx.trace.edges
-    src = ed[S.SRC].to_numpy()[(ed[S.EDGE_KIND] == "launch").to_numpy()]
-    out[np.unique(ctx.trace.events[S.TRACK].to_numpy()[src])] = True
-    return out
-
-
-def _device_busy_until(
-    ctx, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray, woken: bool = True
-) -> np.ndarray:
-    """Per stall [lo, hi] of a rank: until when the host may have waited for its device
-    (clipped to [lo, hi]; ``lo`` where it did not). That is the end of the rank's busy run in
-    progress at ``lo`` or starting within :data:`_QUEUED_START_NS` of it (work queued before
-    the host went quiet; a run that starts later was launched during the stall, the device
-    idling before it), when a thread of the rank wakes within
-    :data:`~tracediag.graph.idle_waits.DEVICE_WAKE_TOLERANCE_NS` of that end: a wait the graph
-    did not bind (too short for the inference to tell from overhead). A host that resumes
-    later was busy, not waiting, while the device drained its queue. With ``woken`` False the
-    wake is not asked: when the device drained, whatever the host did meanwhile."""
-    import numpy as np
-
-    from tracediag.graph.idle_waits import DEVICE_WAKE_TOLERANCE_NS, device_busy_runs
-
-    runs = device_busy_runs(ctx.trace)
-    ev = ctx.trace.events
-    on_host = (ctx.trace.tracks[S.TRACK_KIND].astype(str).to_numpy() == "cpu_thread")[
-        ev[S.TRACK].to_numpy()
-    ]
-    ev_rank, ev_ts = ev[S.RANK].to_numpy(), ev[S.TS].to_numpy()
-    out = lo.astype(np.int64, copy=True)
-    for r in np.unique(rank):  # per rank (a few), each one vectorised search
-        on, mine = runs.rank == r, rank == r
-        start, end = runs.start[on], runs.end[on]
-        if not len(start):
-            continue
-        k = np.minimum(np.searchsorted(end, lo[mine], side="right"), len(end) - 1)
-        queued = (end[k] > lo[mine]) & (
-            start[k] <= np.minimum(lo[mine] + _QUEUED_START_NS, hi[mine])
-        )
-        until = np.clip(end[k], lo[mine], hi[mine])
-        # a host event of the rank starting just after the run's end: something woke for it
-        starts = np.sort(ev_ts[on_host & (ev_rank == r)])
-        first = np.searchsorted(starts, until, side="left")
-        woke = first < len(starts)
-        woke[woke] = starts[first[woke]] - until[woke] <= DEVICE_WAKE_TOLERANCE_NS
-        out[mine] = np.where(queued & (woke | (not woken)), until, lo[mine])
-    return out
-
-
-#: A stall through which the rank's other threads launch device work for at least this share
-#: of it (first to last launch) is a wait for those threads, not a host stall.
-_FED_SHARE = 0.5
-
-
-def _launches_within(ctx, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple:
-    """Per window ``(lo, hi)`` of a rank, the calls of the rank that launch device work (a
-    recorded ``launch`` edge's source, on any of its threads) starting strictly inside: how
-    many, and the start of the first and of the last (``lo`` where none)."""
-    import numpy as np
-
-    ev, ed = ctx.trace.events, ctx.trace.edges
-    src = np.unique(ed[S.SRC].to_numpy()[(ed[S.EDGE_KIND] == "launch").to_numpy()])
-    src_rank, src_ts = ev[S.RANK].to_numpy()[src], ev[S.TS].to_numpy()[src]
-    count = np.zeros(len(lo), dtype=np.int64)
-    first, last = lo.astype(np.int64, copy=True), lo.astype(np.int64, copy=True)
-    for r in np.unique(rank):  # per rank (a few), each one vectorised search
-        mine = np.flatnonzero(rank == r)
-        ts = np.sort(src_ts[src_rank == r])
-        a = np.searchsorted(ts, lo[mine], side="right")
-        b = np.searchsorted(ts, hi[mine], side="left")
-        some = b > a
-        count[mine] = np.maximum(b - a, 0)
-        first[mine[some]], last[mine[some]] = ts[a[some]], ts[b[some] - 1]
-    return count, first, last
-
-
-def _launch_span_within(ctx, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Per window of a rank: the ns from the first to the last launch inside it (0 for fewer
-    than two): how long the rank's threads go on feeding the device through it."""
-    _, first, last = _launches_within(ctx, rank, lo, hi)
-    return last - first
-
-
-def _device_busy_within(ctx, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Per window ``[lo, hi]`` of a rank: the ns its devices work inside it (the union of
-    their busy runs, ``idle_waits.device_busy_runs``)."""
-    import numpy as np
-
-    from tracediag.analysis.intervals import interval_overlap
-    from tracediag.graph.idle_waits import device_busy_runs
-
-    runs = device_busy_runs(ctx.trace)
-    out = np.zeros(len(lo), dtype=np.int64)
-    for r in np.unique(rank):
-        mine, on = rank == r, runs.rank == r
-        out[mine] = interval_overlap(lo[mine], hi[mine], runs.start[on], runs.end[on])
-    return out
-
-
-#: Work the host queued just before it went quiet starts this soon after (launch latency: 5-20
-#: µs on real CUDA and ROCm traces; more when it waits behind other work, then it belongs to the
-#: busy run already in progress).
-_QUEUED_START_NS = 50_000
 
 
 def _carrying(g, nodes: np.ndarray, typical: np.ndarray, share: float) -> np.ndarray:
@@ -695,30 +550,3 @@ def _clusters(lo: np.ndarray, hi: np.ndarray) -> list[np.ndarray]:
     new = np.r_[True, lo[o][1:] > run_end[:-1]]
     groups = np.split(o, np.flatnonzero(new)[1:])
     return sorted(groups, key=lambda m: -int((hi[m] - lo[m]).sum()))
-
-
-#: Texts that name nothing: empty, or a null pointer or missing value printed as text.
-_NO_NAME = r"\s*(?:\(null\)|null|none|nil|nan|<null>|\(none\))?\s*"
-
-
-def _launched_layer(ctx, nodes: np.ndarray) -> str:
-    """The layer of the device work the stalled calls launch, else of the calls themselves
-    (a stream wait launches nothing), else their op, when the trace says."""
-    import pandas as pd
-
-    ev = ctx.trace.events
-    ed = ctx.trace.edges
-    events = ctx.graph.event[nodes]
-    launched = ed.loc[ed[S.SRC].isin(events), S.DST].to_numpy()
-    for col, rows in ((S.LAYER, launched), (S.LAYER, events), (S.OP, launched)):
-        if col in ev and len(rows):
-            vals = S.strings(ev[col])[rows]
-            vals = vals[vals != None]  # noqa: E711 (object array of str or None)
-            # A range named "(null)" (an NVTX range pushed with a NULL message, printed by C)
-            # or "" names no layer: the next source is asked instead.
-            vals = vals[
-                ~pd.Series(vals, dtype=object).str.fullmatch(_NO_NAME, case=False).to_numpy(bool)
-            ]
-            if len(vals):
-                return str(pd.Series(vals).mode().iloc[0])
-    return ""

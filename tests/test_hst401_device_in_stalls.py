@@ -110,7 +110,7 @@ def test_df_index_backward_thread_launches_while_the_main_thread_waits():
     assert len(backward) == 5 and all(b["tid"] != main_tid for b in backward)
     trace = load([shared(DF_INDEX)])
     ctx = analyse(trace)
-    from tracediag.rules.hst401_host_bound_gaps import _launches_within
+    from tracediag.analysis.host_launches import launches_within
 
     for b in backward:
         lo, hi = b["ts"], b["ts"] + b["dur"]
@@ -124,7 +124,7 @@ def test_df_index_backward_thread_launches_while_the_main_thread_waits():
         assert _covered(runs, lo, hi) > 0.55 * (hi - lo)
         # the rule counts the same launches in the main thread's wait, feeding the device
         # through all of it: the wait is no host stall
-        count, first, last = _launches_within(
+        count, first, last = launches_within(
             ctx, np.array([1]), np.array([lo * 1000]), np.array([hi * 1000])
         )
         assert count.tolist() == [2311]
