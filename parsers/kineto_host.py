@@ -24,7 +24,11 @@ A trace without GPU events has nothing but CPU slices, so its work is on CPU thr
   else the world.
 - Send/Recv are point-to-point: their group is the pair (rank, peer) and a Send matches its
   peer's Recv by their order on the link (``"{src}>{dst}|P2P|{k}"``), the peer read from the
-  launch's scalar inputs (``record_shapes`` only; without them the ordinal key above stays).
+  launch's scalar inputs (``record_shapes`` only). Without them nothing in a rank's trace says
+  who a transfer talks to (no group, no sequence number, and a middle stage sends both ways), so
+  such a Send/Recv is matched with nobody: an instance of its own rank (``"{rank}?|{op}|{k}"``,
+  no group), counted in ``meta.repairs`` (TRC501), rather than the k-th Sends of every rank
+  read as one collective.
   Their ``gloo:send``/``gloo:recv`` range runs on the calling thread around the wait, after the
   launch posted the transfer: the collective arrives at the launch, which is part of it.
 - Edges (kind ``launch``): the calling thread's last work ending at or before the gloo range's
@@ -50,6 +54,11 @@ GLOO_RANGE = re.compile(r"^gloo:")
 C10D_OP = re.compile(r"^c10d::")
 #: The waiting thread resumed within this share of its idle time after the collective ended.
 RESUME_SHARE = 0.5
+#: The repair counted for a Send/Recv whose peer the trace does not give (TRC501 reads it).
+UNKNOWN_PEER = (
+    "collectives: Send/Recv with no peer rank (recorded without record_shapes): peer unknown, "
+    "not matched across ranks"
+)
 
 
 def is_host_only(rows: Rows) -> bool:
@@ -144,7 +153,7 @@ def host_collectives(
     launch_of = np.full(len(gloo), -1, dtype=np.int64)
     launch_of[pair[pair >= 0]] = launches[pair >= 0]
     launch_of = np.concatenate([launch_of, unpaired])[o]
-    _point_to_point(rows, op, launch_of, meta.rank, key, group)
+    _point_to_point(rows, op, launch_of, meta, key, group)
     arrival = _posted_at(rows, kind, coll, op, launch_of)
     table = pd.DataFrame(
         {
@@ -168,20 +177,34 @@ def host_collectives(
     return table, edges
 
 
-def _point_to_point(rows: Rows, op, launch_of, rank: int, key, group) -> None:
+def _point_to_point(rows: Rows, op, launch_of, meta: S.RankMeta, key, group) -> None:
     """Send/Recv rows whose launch names its peer get the pair as their group and a key that
     matches a Send with its Recv, in place: ``"{src}>{dst}|P2P|{k}"`` for the k-th transfer from
     src to dst on this rank (the sender's k-th Send to dst is dst's k-th Recv from src).
 
     The peer is the third scalar input of ``c10d::send``/``c10d::recv_`` (``dstRank``/
     ``srcRank``), which the profiler writes with ``record_shapes`` only (``Concrete Inputs``).
-    Without it the rows keep the default group's ordinal key (the pairs cannot be told)."""
-    p2p = np.flatnonzero(np.isin(op, ("Send", "Recv")) & (launch_of >= 0))
+    Without it (or without a launch) the pair cannot be told: the row gets a key of its own rank
+    and no group, counted in ``meta``."""
+    rank = meta.rank
+    p2p = np.flatnonzero(np.isin(op, ("Send", "Recv")))
     if not len(p2p) or rank < 0:
         return
-    inputs = pd.Series(rows.args.value("Concrete Inputs", launch_of[p2p]), dtype=object)
-    peer = pd.to_numeric(inputs.str[2], errors="coerce").to_numpy(dtype=np.float64)
+    peer = np.full(len(p2p), np.nan)
+    launched = launch_of[p2p] >= 0
+    if launched.any():
+        inputs = pd.Series(
+            rows.args.value("Concrete Inputs", launch_of[p2p[launched]]), dtype=object
+        )
+        peer[launched] = pd.to_numeric(inputs.str[2], errors="coerce").to_numpy(dtype=np.float64)
     known = np.isfinite(peer) & (peer >= 0) & (peer != rank)
+    unknown = p2p[~known]
+    if len(unknown):  # matched with nobody rather than with the k-th transfer of every rank
+        mine = np.char.add(f"{rank}?|", op[unknown].astype(str))
+        ordinal = _ordinal_per_op(mine)
+        key[unknown] = np.char.add(np.char.add(mine, "|"), ordinal.astype(str))
+        group[unknown] = ""
+        meta.count(UNKNOWN_PEER, len(unknown))
     p2p, peer = p2p[known], peer[known].astype(np.int64)
     if not len(p2p):
         return

@@ -19,9 +19,12 @@ class StageImbalance(Rule):
         "error_saving_pct": 10.0,
     }
     doc = {
-        "what it finds": "The pipeline stage whose compute (busy time over the step) exceeds the "
-        "median stage's, with the bubble it costs every other stage and the what-if of balanced "
-        "stages: the slow stage's compute scaled to the median stage's, replayed.",
+        "what it finds": "The pipeline stage whose compute work exceeds the median stage's, with "
+        "the bubble it costs every other stage and the what-if of balanced stages: the slow "
+        "stage's compute shortened by its excess work, replayed. Work is the busy time less "
+        "what ops ran beyond twice the median of the same op on their rank (preempted on a host "
+        "whose cores the ranks share: time the host took, which balancing would not give "
+        "back).",
         "why it matters": "In a pipeline every micro-batch passes every stage: the slowest stage "
         "sets the pace, and the others wait for it (their bubbles grow by the same amount each). "
         "A stage 20% slower than the rest can cost more than 10% of the step on every stage.",
@@ -43,10 +46,12 @@ class StageImbalance(Rule):
         if ctx.layout.pp < 2:
             return
         stages = stage_table(ctx)
-        median = float(np.median(stages["busy_ns"]))
-        slow = int(stages["busy_ns"].idxmax())
+        # Judged on work: an op preempted on a shared host is no imbalance of the layers.
+        median = float(np.median(stages["work_ns"]))
+        slow = int(stages["work_ns"].idxmax())
         busy = int(stages.at[slow, "busy_ns"])
-        excess_pct = 100.0 * (busy / median - 1.0) if median else 0.0
+        work = int(stages.at[slow, "work_ns"])
+        excess_pct = 100.0 * (work / median - 1.0) if median else 0.0
         if excess_pct < opts["min_imbalance_pct"]:
             return
         ranks = list(stages.at[slow, "ranks"])
@@ -56,7 +61,9 @@ class StageImbalance(Rule):
         )
         nodes = ctx.nodes_of(compute)
         nodes = nodes[nodes >= 0]
-        scale = median / busy
+        # Balanced, the stage does the median stage's work: its excess work comes off its compute
+        # (spread over its ops); the time the host took from it stays.
+        scale = max(0.0, 1.0 - (work - median) / busy) if busy else 1.0
         change = WhatIf.durations(nodes, np.rint(ctx.graph.dur[nodes] * scale).astype(np.int64))
         saving = ctx.what_if(change)
         seg = ctx.path.segments
@@ -77,7 +84,8 @@ class StageImbalance(Rule):
             severity=severity_by_saving(ctx.cost_pct(saving), opts, self.severity),
             message=(
                 f"Stage {slow} (ranks {', '.join(map(str, ranks))}) computes {fmt_ns(busy)} "
-                f"against the median stage's {fmt_ns(median)} (+{excess_pct:.0f}%); the other "
+                f"({fmt_ns(work)} of work) against the median stage's {fmt_ns(median)} of work "
+                f"(+{excess_pct:.0f}%); the other "
                 f"stages idle in bubbles for {fmt_ns(int(others['bubble_ns'].median()))} "
                 f"({others['bubble_pct'].median():.1f}% of the step). With balanced stages the "
                 f"step would be {fmt_ns(saving)} ({ctx.pct(saving)}%) shorter, the bubble cost "
@@ -95,10 +103,13 @@ class StageImbalance(Rule):
             evidence={
                 "stage": slow,
                 "busy_ns": busy,
-                "median_stage_busy_ns": int(median),
+                "work_ns": work,
+                "median_stage_busy_ns": int(np.median(stages["busy_ns"])),
+                "median_stage_work_ns": int(median),
                 "imbalance_pct": round(excess_pct, 2),
                 "bubble_cost_ns": int(saving),
                 "stage_busy_ns": {int(s): int(b) for s, b in stages["busy_ns"].items()},
+                "stage_work_ns": {int(s): int(b) for s, b in stages["work_ns"].items()},
                 "stage_bubble_pct": {int(s): float(b) for s, b in stages["bubble_pct"].items()},
             },
         )

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.real_traces.runs import diagnosed_runs
 from tracediag.engine.diagnose import diagnose
 from tracediag.loading.loader import load
 from tracediag.model.findings import Severity
@@ -29,13 +30,7 @@ SCENARIOS = ("clean", "straggler_sleep", "straggler_compute", "alltoall")
 @pytest.fixture(scope="module")
 def runs():
     """Per scenario: (diagnosis, truth); each scenario read and diagnosed once."""
-    if not all((DATA / s / "truth.json").is_file() for s in SCENARIOS):
-        pytest.skip("real gloo traces not present (tests/data/real_gloo)")
-    out = {}
-    for s in SCENARIOS:
-        truth = json.loads((DATA / s / "truth.json").read_text())
-        out[s] = (diagnose(load([DATA / s], cache=False)), truth)
-    return out
+    return diagnosed_runs(DATA, SCENARIOS)
 
 
 def _col201(d, at_least=Severity.WARNING):

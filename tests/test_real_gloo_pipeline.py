@@ -9,9 +9,14 @@ in every forward (~2x its compute); the others wait for it in their Recvs (stage
 its forward Recvs, stages 0-1 in their backward Recvs): pipeline bubbles, not stragglers.
 
 The 4 processes shared 2 busy cores, so compute times are noisy: savings are compared with the
-measured counterfactual (interleaved unprofiled steps with the loop off and on) within a factor
-of 2; the Recvs' waits for their sender, which the script's readings give almost exactly, within
-10%.
+measured counterfactual (interleaved unprofiled steps with the loop off and on) as a share of the
+step within 15% (in ms within a factor of 2: the host ran those steps faster, see below); the
+Recvs' waits for their sender, which the script's readings give almost exactly, within 10%.
+
+``real_gloo_pipeline_no_shapes``: the same job profiled without ``record_shapes`` (the generator's
+``--no-record-shapes``, written to a scratch folder and copied here; its counterfactual is timed
+in alternating profiler cycles). Nothing in such a trace says who a Send/Recv talks to, so none is
+paired, the stages are not inferred and the notes and TRC501 say why.
 """
 
 from __future__ import annotations
@@ -23,25 +28,29 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.real_traces.runs import diagnosed_runs
+from tracediag.analysis.pipeline_stats import stage_table
 from tracediag.engine.diagnose import diagnose
 from tracediag.loading.loader import load
 from tracediag.model import schema as S
 from tracediag.model.findings import Severity
+from tracediag.parsers.kineto_host import UNKNOWN_PEER
 
 DATA = Path(__file__).parent / "data" / "real_gloo_pipeline"
+NO_SHAPES = Path(__file__).parent / "data" / "real_gloo_pipeline_no_shapes"
 SCENARIOS = ("pipeline_clean", "pipeline_slow_stage")
 
 
 @pytest.fixture(scope="module")
 def runs():
     """Per scenario: (diagnosis, truth); each scenario read and diagnosed once."""
-    if not all((DATA / s / "truth.json").is_file() for s in SCENARIOS):
-        pytest.skip("real gloo pipeline traces not present (tests/data/real_gloo_pipeline)")
-    out = {}
-    for s in SCENARIOS:
-        truth = json.loads((DATA / s / "truth.json").read_text())
-        out[s] = (diagnose(load([DATA / s], cache=False)), truth)
-    return out
+    return diagnosed_runs(DATA, SCENARIOS)
+
+
+@pytest.fixture(scope="module")
+def runs_no_shapes():
+    """The same, for the traces recorded without record_shapes."""
+    return diagnosed_runs(NO_SHAPES, SCENARIOS)
 
 
 def _findings(d, code, at_least=Severity.INFO):
@@ -104,15 +113,34 @@ def test_no_straggler_blamed_for_pipeline_waits(runs, scenario):
 
 
 def test_slow_stage_is_named_with_a_saving_near_the_counterfactual(runs):
+    # Expected, from the events (ProfilerStep#4 read op by op; truth's numbers per step):
+    # - Who: stage 2 (rank 2). Each forward runs 4 extra matmuls + tanh (aten::matmul 13.7 ms
+    #   per step in the trace, the script's extra 4.05 ms per micro-batch, 16.2 ms per step),
+    #   nothing the other stages run; its backward ops take what theirs take.
+    # - What bounds the step (114 ms, 3-7x any stage's 17-38 ms of compute): the chain of
+    #   blocking transfers. gloo's send returns only once the receiver posted its recv, so the
+    #   forward runs at stage 2's pace: stage 3 waits in its forward Recvs (57.6 ms per step)
+    #   and stages 0-1 sit in their forward Sends (30.4, 22.9 ms) until stage 2 takes the next
+    #   micro-batch; then the gradients pass 3 > 2 > 1 > 0 one micro-batch at a time, every
+    #   256 KiB transfer 1-9 ms on the loaded host. Stage 2's forwards are on that chain.
+    # - By how much: replaying the trace with exactly the extra ops removed saves 13.7 ms per
+    #   step; PIP602's balanced stage (its excess work over the median stage's taken off its
+    #   compute, 13.5 ms per step) saves 10.2 ms per step, 8.6% of the window's step. The
+    #   measured counterfactual, 5.9 ms, is of steps that ran at 59-65 ms while the traced ones
+    #   ran at 101-124 ms (the profiled and unprofiled steps of the clean run match, 105 vs 97 ms:
+    #   the host's load, not the profiler, changed between them). As a share of its own step it
+    #   is 9.1%: the same saving at the trace's pace (10.4 ms). So the share is compared.
     d, truth = runs["pipeline_slow_stage"]
     (pip602,) = _findings(d, "PIP602")
     assert pip602.severity >= Severity.WARNING
     assert pip602.ranks == (truth["slow_rank"],) == (2,)
-    # Between half and twice the measured saving per step (interleaved unprofiled steps with the
-    # loop off and on), and below the extra compute the stage ran per step.
+    cf = truth["counterfactual_no_extra"]
+    measured_share = cf["measured_saving_ms_per_step"] / cf["with_extra_mean_step_ms"]
+    assert pip602.saving_ns / d.analysis.length_ns == pytest.approx(measured_share, rel=0.15)
+    # In ms: between half and twice the measured saving per step, below the extra compute.
     n = len(truth["profiled_steps"])
     saving_ms = pip602.saving_ns / 1e6 / n
-    measured = truth["counterfactual_no_extra"]["measured_saving_ms_per_step"]
+    measured = cf["measured_saving_ms_per_step"]
     extra = truth["compute_by_rank"]["2"]["extra_ms_per_micro_batch"] * truth["micro_batches"]
     assert 0.5 * measured <= saving_ms <= 2.0 * measured
     assert saving_ms < extra
@@ -120,6 +148,10 @@ def test_slow_stage_is_named_with_a_saving_near_the_counterfactual(runs):
     assert max(busy, key=busy.get) == 2
     truth_ms = truth["compute_by_rank"]["2"]["compute_ms_per_step"] * n
     assert busy[2] / 1e6 == pytest.approx(truth_ms, rel=0.25)
+    # The work it takes off is the extra loop's (the trace's extra ops: 13.7 ms per step).
+    work = pip602.evidence["stage_work_ns"]
+    excess_ms = (work[2] - pip602.evidence["median_stage_work_ns"]) / 1e6 / n
+    assert excess_ms == pytest.approx(extra, rel=0.25)
 
 
 def _truth_recv_waits(truth, rank):
@@ -151,12 +183,72 @@ def test_the_others_wait_in_bubbles(runs):
         assert ev["recv_wait_ns"] == pytest.approx(_truth_recv_waits(truth, stage), rel=0.1)
 
 
-def test_clean_pipeline_names_only_the_measured_heaviest_stage(runs):
-    # No stage is slowed in 'clean'; stage 3 (the loss and its backward) still computed the most
-    # by the script's clock on the shared cores. A PIP602 there must name that stage.
+def test_clean_pipeline_has_no_slow_stage(runs):
+    # Expected, from the events: no stage is slow. Stage 3 is busy the longest (34.5 ms per
+    # step against 17-23 ms; the script's clock: 35.7 against 20-24), but not from more work:
+    # it runs the same ops, each with the same median length as on the other stages
+    # (AddmmBackward0 1.11 ms against 1.18-1.21 ms on stages 1-2; the loss and its backward
+    # take 0.8 ms per step at their median lengths), and its excess is a few ops lasting many
+    # times their median (its 20 AccumulateGrads per step take 7.1 ms, median 12 us):
+    # preempted while the other three stages compute on the 2 shared cores during the
+    # backward it starts. Work (ops capped at twice their rank's median) differs by under 10%
+    # across the stages: no PIP602. The PIP601 bubbles stay: every stage does idle ~70-84% of
+    # the step (transfers of 1-9 ms each), the schedule's ideal being 43%; they blame no stage.
     d, truth = runs["pipeline_clean"]
+    assert not _findings(d, "PIP602")
+    work = stage_table(d.analysis)["work_ns"]
+    assert work.max() / work.median() < 1.10
     compute = {int(r): v["compute_ms_per_step"] for r, v in truth["compute_by_rank"].items()}
-    for f in _findings(d, "PIP602"):
-        assert f.ranks == (max(compute, key=compute.get),)
-    assert not _findings(d, "TRC501", Severity.WARNING)
-    assert not _findings(d, "TRC504", Severity.WARNING)
+    busy = stage_table(d.analysis)["busy_ns"]
+    assert int(busy.idxmax()) == max(compute, key=compute.get) == 3  # the busiest, not slowest
+    assert busy.max() / busy.median() > 1.4
+    assert {f.code for f in d.findings if f.severity >= Severity.WARNING} <= {"PIP601"}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_without_record_shapes_no_send_is_paired_and_no_pipeline_guessed(runs_no_shapes, scenario):
+    # The traces say nothing of a Send/Recv's peer: each is an instance of its own rank, as
+    # many per rank as the script's calls, counted as unmatched (TRC501), and the layout is not
+    # read as a pipeline of another shape (nor its ranks as data-parallel) but noted unknown.
+    d, truth = runs_no_shapes[scenario]
+    assert not truth["provenance"]["profiler"]["record_shapes"]
+    co = d.trace.collectives
+    assert set(co[S.COLL_OP]) == {"Send", "Recv"}
+    assert (co.groupby(S.COLL_KEY)[S.RANK].nunique() == 1).all()
+    for rank in range(4):
+        calls = _truth_p2p(truth, rank)
+        assert (co[S.RANK] == rank).sum() == len(calls)
+        assert d.trace.meta[rank].repairs[UNKNOWN_PEER] == len(calls)
+    layout = d.analysis.layout
+    assert (layout.pp, layout.dp, layout.tp) == (1, 1, 1)
+    assert any("Send/Recv without their peer rank" in n for n in layout.notes)
+    (trc501,) = _findings(d, "TRC501", Severity.WARNING)
+    assert "peer unknown" in trc501.message
+    codes = {f.code for f in d.findings if f.severity >= Severity.WARNING}
+    assert codes == {"TRC501"}
+
+
+def test_one_rank_without_peers_leaves_the_pipeline_of_the_others(tmp_path):
+    # Rank 0's trace stripped of its Send/Recv peers (as if profiled without record_shapes),
+    # the others as recorded: its transfers are matched with nobody and noted, and the stages
+    # still come from the pairs the other ranks name (rank 1 names rank 0 as its peer).
+    src = DATA / "pipeline_clean"
+    if not (src / "truth.json").is_file():
+        pytest.skip("real gloo pipeline traces not present (tests/data/real_gloo_pipeline)")
+    for rank in range(4):
+        with gzip.open(src / f"rank-{rank}.json.gz", "rt") as f:
+            doc = json.load(f)
+        if rank == 0:
+            for ev in doc["traceEvents"]:
+                ev.get("args", {}).pop("Concrete Inputs", None)
+        with gzip.open(tmp_path / f"rank-{rank}.json.gz", "wt") as f:
+            json.dump(doc, f)
+    d = diagnose(load([tmp_path], cache=False))
+    truth = json.loads((src / "truth.json").read_text())
+    assert d.trace.meta[0].repairs[UNKNOWN_PEER] == len(_truth_p2p(truth, 0))
+    assert all(UNKNOWN_PEER not in d.trace.meta[r].repairs for r in (1, 2, 3))
+    layout = d.analysis.layout
+    assert layout.pp == 4
+    assert layout.coords["pp"].to_dict() == {0: 0, 1: 1, 2: 2, 3: 3}
+    assert any("without their peer rank" in n for n in layout.notes)
+    assert not any("not inferred" in n for n in layout.notes)

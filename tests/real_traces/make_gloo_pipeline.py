@@ -6,8 +6,9 @@ MICRO micro-batches per step: all forwards (stage s receives its input activatio
 ``dist.recv``, computes, sends its output to s+1 with ``dist.send``), then all backwards (stage s
 receives the output gradient from s+1, back-propagates, sends the input gradient to s-1). The
 profiler records a few steps per rank with ``torch.profiler.profile(record_shapes=True)``: only
-then does the ``c10d::send``/``c10d::recv_`` op carry its peer rank (``Concrete Inputs``).
-Per scenario it writes::
+then does the ``c10d::send``/``c10d::recv_`` op carry its peer rank (``Concrete Inputs``);
+``--no-record-shapes`` makes the same job without it (the traces then do not say who a Send/Recv
+talks to). Per scenario it writes::
 
     <out>/<scenario>/rank-<r>.json.gz   one Chrome/Kineto trace per rank (gzip -9, mtime 0)
     <out>/<scenario>/truth.json         what the script injected and measured itself
@@ -18,10 +19,16 @@ micro-batch, the injected extra compute and ``prof.step()``. It never reads a tr
 the answer; after export each rank reads back only its own ``ProfilerStep#N`` ends to state the
 clock the trace follows.
 
-After the profiled window the same processes run one settle step and then 2 x CF_PAIRS
-unprofiled steps that alternate the extra compute off and on: the difference of their mean step
-times is the measured counterfactual "what if the slow stage ran at the others' pace" (both
-sides unprofiled and interleaved, so the load other jobs put on the shared host cancels).
+The counterfactual "what if the slow stage ran at the others' pace" is measured under the same
+profiler as the trace: the profiler schedule repeats its cycle (1 wait, 1 warm-up, 5 recorded
+steps) CYCLES times, the extra compute on in the even cycles (cycle 0 is the exported trace) and
+off in the odd ones; only cycle 0 is exported, the others are recorded and dropped. The
+difference of the mean recorded step with the extra on and off is the measured saving: both
+sides pay the profiler's per-op cost and run close in time, and the alternation cancels the drift
+of the load other jobs put on the shared host. (The traces in tests/data/real_gloo_pipeline come
+from this script's earlier version, which timed unprofiled steps after the window: its traced
+steps ran at 101-124 ms, its counterfactual ones at 47-88 ms, the host's load having dropped in
+between, so only the saving's share of the step compares with the trace.)
 
 Scenarios (``--scenario``, repeatable; default: all):
 
@@ -34,26 +41,19 @@ Needs torch (CPU build is enough); it is not a dependency of the project. Run::
 
     /work/torchvenv/bin/python tests/real_traces/make_gloo_pipeline.py \
         --out tests/data/real_gloo_pipeline
+    /work/torchvenv/bin/python tests/real_traces/make_gloo_pipeline.py --no-record-shapes \
+        --out tests/data/real_gloo_pipeline_no_shapes
 """
 
 from __future__ import annotations
 
-import argparse
-import gzip
-import json
 import os
-import platform
-import shutil
-import socket
-import statistics
-import sys
-import tempfile
 import time
 from pathlib import Path
 
+import gloo_job as job
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -63,15 +63,27 @@ MICRO = 4
 SLOW_STAGE = 2
 
 SCHED_WAIT, SCHED_WARMUP, SCHED_ACTIVE = 1, 1, 5
-TOTAL_STEPS = SCHED_WAIT + SCHED_WARMUP + SCHED_ACTIVE
-ACTIVE_STEPS = list(range(SCHED_WAIT + SCHED_WARMUP, TOTAL_STEPS))
-# After the profiled window: one settle step (the trace is exported in the prof.step() that
-# closes the window), then unprofiled steps alternating extra loop off / on, so that both sides
-# of the counterfactual see the same load on the shared host (other jobs come and go).
-CF_PAIRS = 6
-CF_OFF_STEPS = [TOTAL_STEPS + 1 + 2 * i for i in range(CF_PAIRS)]
-CF_ON_STEPS = [TOTAL_STEPS + 2 + 2 * i for i in range(CF_PAIRS)]
-ALL_STEPS = TOTAL_STEPS + 1 + 2 * CF_PAIRS
+CYCLE = SCHED_WAIT + SCHED_WARMUP + SCHED_ACTIVE
+# Profiler cycles: 0 is the exported trace (extra on); then off, on, off, ... (see the docstring).
+CYCLES = 8
+ALL_STEPS = CYCLE * CYCLES
+
+
+def active_steps(cycle: int) -> list[int]:
+    """The recorded steps of one profiler cycle."""
+    return list(range(cycle * CYCLE + SCHED_WAIT + SCHED_WARMUP, (cycle + 1) * CYCLE))
+
+
+def extra_on_in(cycle: int) -> bool:
+    """Whether the slow stage runs its extra loop in this cycle (the exported one: yes)."""
+    return cycle % 2 == 0
+
+
+ACTIVE_STEPS = active_steps(0)
+ON_CYCLES = [c for c in range(CYCLES) if extra_on_in(c)]
+OFF_CYCLES = [c for c in range(CYCLES) if not extra_on_in(c)]
+CF_ON_STEPS = [s for c in ON_CYCLES for s in active_steps(c)]
+CF_OFF_STEPS = [s for c in OFF_CYCLES for s in active_steps(c)]
 
 MB_ROWS, WIDTH = 128, 512  # one micro-batch: 128 x 512 activations (256 KiB of float32)
 
@@ -80,28 +92,12 @@ def now() -> int:
     return time.time_ns()
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def make_stage() -> nn.Module:
     return nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh(), nn.Linear(WIDTH, WIDTH), nn.Tanh())
 
 
-def extra_compute(a: torch.Tensor, b: torch.Tensor, iters: int) -> torch.Tensor:
-    acc = a
-    for _ in range(iters):
-        acc = torch.tanh(acc @ b)
-    return acc
-
-
 def worker(rank: int, cfg: dict) -> None:
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(cfg["port"])
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=STAGES)
+    job.init_rank(rank, cfg["port"], STAGES)
     slow = cfg["scenario"] == "pipeline_slow_stage" and rank == SLOW_STAGE
     out_dir, tmp_dir = Path(cfg["out_dir"]), Path(cfg["tmp_dir"])
 
@@ -129,9 +125,9 @@ def worker(rank: int, cfg: dict) -> None:
         for _ in range(10):
             fwd_bwd()
         own_ns = (time.perf_counter_ns() - t0) / 10
-        extra_compute(ea, eb, 3)
+        job.extra_compute(ea, eb, 3)
         t0 = time.perf_counter_ns()
-        extra_compute(ea, eb, 20)
+        job.extra_compute(ea, eb, 20)
         per_iter_ns = (time.perf_counter_ns() - t0) / 20
         extra_iters = max(1, round(own_ns / per_iter_ns))
         opt.zero_grad(set_to_none=True)
@@ -155,17 +151,25 @@ def worker(rank: int, cfg: dict) -> None:
     compute_log: list = []
     steps: list = []
     dist.barrier()
-    sched = schedule(wait=SCHED_WAIT, warmup=SCHED_WARMUP, active=SCHED_ACTIVE, repeat=1)
+    sched = schedule(wait=SCHED_WAIT, warmup=SCHED_WARMUP, active=SCHED_ACTIVE, repeat=CYCLES)
     raw_trace = tmp_dir / f"rank-{rank}.json"
+    exported = []
+
+    def on_ready(p):  # cycle 0 is the trace; the later cycles only time the counterfactual
+        if not exported:
+            p.export_chrome_trace(str(raw_trace))
+            exported.append(raw_trace)
+
     with profile(
         activities=[ProfilerActivity.CPU],
         schedule=sched,
-        on_trace_ready=lambda p: p.export_chrome_trace(str(raw_trace)),
-        record_shapes=True,  # the c10d::send/recv_ op's peer rank is recorded only with this
+        on_trace_ready=on_ready,
+        # the c10d::send/recv_ op's peer rank is recorded only with this
+        record_shapes=cfg["record_shapes"],
         with_stack=False,
     ) as prof:
         for it in range(ALL_STEPS):
-            extra_on = slow and it not in CF_OFF_STEPS
+            extra_on = slow and extra_on_in(it // CYCLE)
             rec = {"step": it, "start_ns": now()}
             acts_in, acts_out = [], []
             for mb in range(MICRO):  # GPipe: all forwards
@@ -180,7 +184,7 @@ def worker(rank: int, cfg: dict) -> None:
                 t_extra = now()
                 iters = extra_iters if extra_on else 0
                 if iters:
-                    y = y + 0.0 * extra_compute(ea, eb, iters).mean()
+                    y = y + 0.0 * job.extra_compute(ea, eb, iters).mean()
                 t1 = now()
                 compute_log.append(
                     {
@@ -237,24 +241,10 @@ def worker(rank: int, cfg: dict) -> None:
             rec["after_prof_step_ns"] = now()
             steps.append(rec)
 
-    trace = json.loads(raw_trace.read_text())
-    base_ns = int(trace.get("baseTimeNanoseconds", 0))
+    _, ends = job.profiler_step_ends(raw_trace)
     by_step = {r["step"]: r for r in steps}
-    clock_offsets = []
-    for ev in trace["traceEvents"]:
-        name = ev.get("name", "")
-        if ev.get("ph") == "X" and name.startswith("ProfilerStep#"):
-            n = int(name.split("#")[1])
-            if n in by_step:
-                end_ns = base_ns + round((float(ev["ts"]) + float(ev["dur"])) * 1000)
-                clock_offsets.append(end_ns - by_step[n]["before_prof_step_ns"])
-    raw_size = raw_trace.stat().st_size
-    with (
-        raw_trace.open("rb") as src,
-        gzip.GzipFile(out_dir / f"rank-{rank}.json.gz", "wb", compresslevel=9, mtime=0) as dst,
-    ):
-        shutil.copyfileobj(src, dst)
-    raw_trace.unlink()
+    clock_offsets = [end - by_step[n]["before_prof_step_ns"] for n, end in ends.items()]
+    raw_size = job.export_gzip(raw_trace, out_dir / f"rank-{rank}.json.gz")
     mine = {
         "rank": rank,
         "pid": os.getpid(),
@@ -265,24 +255,12 @@ def worker(rank: int, cfg: dict) -> None:
         "profiler_step_end_minus_epoch_reading_ns": clock_offsets,
         "trace_uncompressed_bytes": raw_size,
     }
-    everyone: list = [None] * STAGES
-    dist.all_gather_object(everyone, mine)
-    if rank == 0:
-        (tmp_dir / "ranks.json").write_text(json.dumps(everyone))
-    dist.barrier()
-    dist.destroy_process_group()
+    job.gather_and_finish(mine, STAGES, tmp_dir)
 
 
 # ---------------------------------------------------------------- truth building
 
-
-def _ms(ns: float) -> float:
-    return round(ns / 1e6, 3)
-
-
-def _mean(xs) -> float:
-    xs = list(xs)
-    return round(statistics.fmean(xs), 3) if xs else 0.0
+_ms, _mean = job.ms, job.mean
 
 
 def step_ms(rank: dict, step: int) -> float:
@@ -291,7 +269,7 @@ def step_ms(rank: dict, step: int) -> float:
     return _ms(by[step]["before_prof_step_ns"] - by[step - 1]["after_prof_step_ns"])
 
 
-def build_truth(scenario: str, ranks: list, cmdline: list[str]) -> dict:
+def build_truth(scenario: str, ranks: list, cmdline: list[str], record_shapes: bool) -> dict:
     ranks = sorted(ranks, key=lambda r: r["rank"])
     slow = SLOW_STAGE if scenario == "pipeline_slow_stage" else None
     steps = {}
@@ -369,6 +347,31 @@ def build_truth(scenario: str, ranks: list, cmdline: list[str]) -> dict:
     cf_on = {str(r["rank"]): [step_ms(r, st) for st in CF_ON_STEPS] for r in ranks}
     cf_on_mean = _mean(v for vs in cf_on.values() for v in vs)
     saving = round(cf_on_mean - cf_mean, 3)
+    # Per cycle: the mean recorded step over the ranks, and the compute each rank did per step
+    # (the slow stage's extra loop included: what the off cycles take away).
+    per_cycle = {
+        str(c): {
+            "extra_on": extra_on_in(c) and slow is not None,
+            "mean_step_ms": _mean(step_ms(r, st) for r in ranks for st in active_steps(c)),
+            "compute_ms_per_step": {
+                str(r["rank"]): _mean(
+                    sum(_ms(x["end_ns"] - x["start_ns"]) for x in r["compute"] if x["step"] == st)
+                    for st in active_steps(c)
+                )
+                for r in ranks
+            },
+        }
+        for c in range(CYCLES)
+    }
+    # Neighbouring cycles (on, off), (off, on), ...: their differences show the noise.
+    pair_diffs = [
+        round(
+            (per_cycle[str(c)]["mean_step_ms"] - per_cycle[str(c + 1)]["mean_step_ms"])
+            * (1 if extra_on_in(c) else -1),
+            3,
+        )
+        for c in range(CYCLES - 1)
+    ]
     compute_per_step = {rk: v["compute_ms_per_step"] for rk, v in compute.items()}
     if slow is None:
         words = (
@@ -379,9 +382,9 @@ def build_truth(scenario: str, ranks: list, cmdline: list[str]) -> dict:
             f"share is (p-1)/(m+p-1) = 3/7 = 42.9% for {STAGES} stages and {MICRO} "
             "micro-batches, plus the send/recv latency; those waits are the schedule's "
             "bubbles, not stragglers. On a 2-core host 4 ranks share the cores, so compute "
-            f"times are noisy. Mean profiled step {mean_step} ms; unprofiled steps "
-            f"{cf_on_mean} ms and {cf_mean} ms (the two interleaved halves, the same work): "
-            f"{saving} ms apart, the noise. Expected saving from balancing: none (~0 ms)."
+            f"times are noisy. Mean profiled step {mean_step} ms; the even and odd profiler "
+            f"cycles (the same work) {cf_on_mean} ms and {cf_mean} ms: {saving} ms apart, the "
+            "noise. Expected saving from balancing: none (~0 ms)."
         )
     else:
         extra = compute[str(slow)]["extra_ms_per_micro_batch"]
@@ -396,8 +399,8 @@ def build_truth(scenario: str, ranks: list, cmdline: list[str]) -> dict:
             f"{slow}, not stragglers, and stage {slow + 1} is merely downstream. Measured "
             f"blocked time in send/recv per rank per step: {waits}. Mean profiled step "
             f"{mean_step} ms. If stage {slow} ran at the others' pace (the counterfactual: the "
-            f"same processes, {2 * CF_PAIRS} unprofiled steps after the window alternating the "
-            f"extra loop off and on) the mean step is {cf_mean} ms against {cf_on_mean} ms with "
+            f"same processes, {CYCLES - 1} more profiler cycles alternating the extra loop off and "
+            f"on) the mean recorded step is {cf_mean} ms against {cf_on_mean} ms with "
             f"the loop: a measured saving of {saving} ms per step (the extra compute is "
             f"~{round(extra * MICRO, 1)} ms per step on stage {slow}). They differ because "
             "the 4 ranks share 2 cores (the others' compute speeds up while stage 2 computes "
@@ -427,11 +430,16 @@ def build_truth(scenario: str, ranks: list, cmdline: list[str]) -> dict:
         "step_ms_per_rank": step_table,
         "counterfactual_no_extra": {
             "what": (
-                f"Unprofiled steps of the same processes after one settle step {TOTAL_STEPS}, "
-                f"alternating: steps {CF_OFF_STEPS} with the extra loop off (every stage at the "
-                f"same pace), steps {CF_ON_STEPS} with it on (as in the profiled steps). The "
-                "saving is the difference of their mean step times."
+                f"{CYCLES} cycles of the profiler's schedule (wait {SCHED_WAIT}, warm-up "
+                f"{SCHED_WARMUP}, record {SCHED_ACTIVE}), the same processes and profiler "
+                f"settings as the trace (cycle 0, exported): the recorded steps of cycles "
+                f"{OFF_CYCLES} with the extra loop off (every stage at the same pace), of cycles "
+                f"{ON_CYCLES} with it on (as in the trace). The saving is the difference of their "
+                "mean step times; pair_differences_ms are those of neighbouring cycles (on - "
+                "off), their spread the noise of one pair."
             ),
+            "per_cycle": per_cycle,
+            "pair_differences_ms": pair_diffs,
             "steps": CF_OFF_STEPS,
             "step_ms_per_rank": cf,
             "mean_step_ms": cf_mean,
@@ -450,72 +458,46 @@ def build_truth(scenario: str, ranks: list, cmdline: list[str]) -> dict:
                 str(r["rank"]): r["profiler_step_end_minus_epoch_reading_ns"] for r in ranks
             },
         },
-        "ranks": {
-            str(r["rank"]): {
-                "pid": r["pid"],
-                "trace_uncompressed_bytes": r["trace_uncompressed_bytes"],
-            }
-            for r in ranks
-        },
+        "ranks": job.ranks_summary(ranks),
         "provenance": {
-            "torch_version": torch.__version__,
-            "python_version": sys.version,
-            "platform": platform.platform(),
-            "cpu_count": os.cpu_count(),
-            "torch_num_threads_per_rank": 1,
+            **job.host_provenance(),
             "model": f"per stage MLP {WIDTH}-{WIDTH}-{WIDTH} (tanh), micro-batch {MB_ROWS} rows, "
             f"{MICRO} micro-batches, SGD; blocking dist.send/dist.recv",
-            "profiler": {
-                "activities": ["CPU"],
-                "schedule": {
+            "profiler": job.profiler_provenance(
+                {
                     "wait": SCHED_WAIT,
                     "warmup": SCHED_WARMUP,
                     "active": SCHED_ACTIVE,
-                    "repeat": 1,
+                    "repeat": CYCLES,
                 },
-                "record_shapes": True,
-                "with_stack": False,
-            },
+                record_shapes,
+                exported_cycle=0,
+            ),
             "command_line": cmdline,
             "generator": "tests/real_traces/make_gloo_pipeline.py",
         },
     }
 
 
-def run_scenario(scenario: str, out_root: Path, cmdline: list[str]) -> None:
+def run_scenario(scenario: str, out_root: Path, cmdline: list[str], args) -> None:
     out_dir = out_root / scenario
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for old in out_dir.glob("rank-*.json.gz"):
-        old.unlink()
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f"gloo-{scenario}-"))
-    cfg = {
-        "scenario": scenario,
-        "port": free_port(),
-        "out_dir": str(out_dir),
-        "tmp_dir": str(tmp_dir),
-    }
-    t0 = time.time()
-    try:
-        mp.spawn(worker, args=(cfg,), nprocs=STAGES, join=True)
-        ranks = json.loads((tmp_dir / "ranks.json").read_text())
-    finally:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
-    truth = build_truth(scenario, ranks, cmdline)
-    truth["provenance"]["wall_seconds"] = round(time.time() - t0, 1)
-    (out_dir / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
-    size = sum(p.stat().st_size for p in out_dir.iterdir())
-    print(f"{scenario}: {truth['provenance']['wall_seconds']} s, {size / 1024:.0f} KiB")
-    print(f"  {truth['expected_answer']}")
+    cfg = {"scenario": scenario, "record_shapes": args.record_shapes}
+    ranks, wall = job.run_job(worker, cfg, STAGES, out_dir)
+    truth = build_truth(scenario, ranks, cmdline, args.record_shapes)
+    truth["provenance"]["wall_seconds"] = wall
+    job.write_truth(out_dir, truth)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scenario", action="append", choices=SCENARIOS)
-    ap.add_argument("--out", default="tests/data/real_gloo_pipeline")
-    args = ap.parse_args()
-    cmdline = [sys.executable, *sys.argv]
-    for sc in args.scenario or SCENARIOS:
-        run_scenario(sc, Path(args.out), cmdline)
+    def options(ap):
+        ap.add_argument(
+            "--no-record-shapes",
+            dest="record_shapes",
+            action="store_false",
+            help="profile without record_shapes: the c10d send/recv ops then carry no peer rank",
+        )
+
+    job.main_loop(__doc__, SCENARIOS, "tests/data/real_gloo_pipeline", run_scenario, options)
 
 
 if __name__ == "__main__":

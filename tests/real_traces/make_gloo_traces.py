@@ -38,22 +38,27 @@ Needs torch (CPU build is enough); it is not a dependency of the project.  Run::
 
 from __future__ import annotations
 
-import argparse
-import gzip
-import json
 import os
-import platform
-import shutil
-import socket
 import statistics
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from gloo_job import (
+    export_gzip,
+    extra_compute,
+    gather_and_finish,
+    host_provenance,
+    init_rank,
+    main_loop,
+    profiler_provenance,
+    profiler_step_ends,
+    ranks_summary,
+    run_job,
+    write_truth,
+)
+from gloo_job import ms as _ms
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import ProfilerActivity, profile, schedule
@@ -114,12 +119,6 @@ def now() -> dict[str, int]:
     return {"epoch_ns": time.time_ns(), "perf_ns": time.perf_counter_ns()}
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def make_model() -> nn.Module:
     return nn.Sequential(
         nn.Linear(D_IN, D_HID),
@@ -171,18 +170,8 @@ def make_ddp_hook(log: list, step_box: list, world: int):
     return hook
 
 
-def extra_compute(a: torch.Tensor, b: torch.Tensor, iters: int) -> torch.Tensor:
-    acc = a
-    for _ in range(iters):
-        acc = torch.tanh(acc @ b)
-    return acc
-
-
 def worker(rank: int, cfg: dict) -> None:
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(cfg["port"])
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=cfg["world"])
+    init_rank(rank, cfg["port"], cfg["world"])
     scenario = cfg["scenario"]
     spec = SCENARIO_SPEC[scenario]
     delayed_rank = spec["delayed_rank"] == rank
@@ -284,17 +273,11 @@ def worker(rank: int, cfg: dict) -> None:
     # Which clock does the trace follow?  Read back only this rank's own
     # ProfilerStep#N begin/end and compare with the readings taken just after
     # the previous prof.step() / just before this step's prof.step().
-    trace = json.loads(raw_trace.read_text())
-    base_ns = int(trace.get("baseTimeNanoseconds", 0))
+    base_ns, ends = profiler_step_ends(raw_trace)
     off_epoch, off_perf = [], []
     by_step = {r["step"]: r for r in steps}
-    for ev in trace["traceEvents"]:
-        name = ev.get("name", "")
-        if ev.get("ph") == "X" and name.startswith("ProfilerStep#"):
-            n = int(name.split("#")[1])
-            if n not in by_step:
-                continue
-            end_ns = base_ns + round((float(ev["ts"]) + float(ev["dur"])) * 1000)
+    for n, end_ns in ends.items():
+        if n in by_step:
             r = by_step[n]
             off_epoch.append(end_ns - r["before_prof_step"]["epoch_ns"])
             off_perf.append(end_ns - r["before_prof_step"]["perf_ns"])
@@ -303,13 +286,7 @@ def worker(rank: int, cfg: dict) -> None:
         "profiler_step_end_minus_epoch_reading_ns": off_epoch,
         "profiler_step_end_minus_perf_reading_ns": off_perf,
     }
-    raw_size = raw_trace.stat().st_size
-    with (
-        raw_trace.open("rb") as src,
-        gzip.GzipFile(out_dir / f"rank-{rank}.json.gz", "wb", compresslevel=9, mtime=0) as dst,
-    ):
-        shutil.copyfileobj(src, dst)
-    raw_trace.unlink()
+    raw_size = export_gzip(raw_trace, out_dir / f"rank-{rank}.json.gz")
 
     # Clock pairs for converting perf readings to epoch (sampled after the run).
     pairs = [now() for _ in range(5)]
@@ -324,19 +301,10 @@ def worker(rank: int, cfg: dict) -> None:
         "clock_pairs": pairs,
         "trace_uncompressed_bytes": raw_size,
     }
-    everyone: list = [None] * cfg["world"]
-    dist.all_gather_object(everyone, mine)
-    if rank == 0:
-        (tmp_dir / "ranks.json").write_text(json.dumps(everyone))
-    dist.barrier()
-    dist.destroy_process_group()
+    gather_and_finish(mine, cfg["world"], tmp_dir)
 
 
 # ---------------------------------------------------------------- truth building
-
-
-def _ms(ns: float) -> float:
-    return round(ns / 1e6, 3)
 
 
 def build_truth(scenario: str, ranks: list, cmdline: list[str], world: int) -> dict:
@@ -569,34 +537,17 @@ def build_truth(scenario: str, ranks: list, cmdline: list[str], world: int) -> d
             "timed around the Python call. wait_for_last_ms = last rank's enter minus this "
             "rank's enter."
         ),
-        "ranks": {
-            str(r["rank"]): {
-                "pid": r["pid"],
-                "trace_uncompressed_bytes": r["trace_uncompressed_bytes"],
-            }
-            for r in ranks
-        },
+        "ranks": ranks_summary(ranks),
         "provenance": {
-            "torch_version": torch.__version__,
+            **host_provenance(),
             "gloo_available": dist.is_gloo_available(),
             "backend": "gloo",
-            "python_version": sys.version,
-            "platform": platform.platform(),
-            "cpu_count": os.cpu_count(),
-            "torch_num_threads_per_rank": 1,
             "model": f"DDP(MLP {D_IN}-{D_HID}-{D_HID}-{D_HID}-{D_OUT}, ReLU), batch {BATCH}, SGD",
-            "profiler": {
-                "activities": ["CPU"],
-                "schedule": {
-                    "wait": SCHED_WAIT,
-                    "warmup": SCHED_WARMUP,
-                    "active": SCHED_ACTIVE,
-                    "repeat": 1,
-                },
-                "record_shapes": False,
-                "with_stack": False,
-                "export": "export_chrome_trace then gzip -9 (mtime=0)",
-            },
+            "profiler": profiler_provenance(
+                {"wait": SCHED_WAIT, "warmup": SCHED_WARMUP, "active": SCHED_ACTIVE, "repeat": 1},
+                False,
+                export="export_chrome_trace then gzip -9 (mtime=0)",
+            ),
             "launcher": "torch.multiprocessing.spawn, MASTER_ADDR=127.0.0.1, free port",
             "command_line": cmdline,
             "generator": "tests/real_traces/make_gloo_traces.py",
@@ -631,27 +582,12 @@ def counterfactual_summary(ranks: list, delayed_mean_step_ms: float) -> dict:
     }
 
 
-def run_scenario(scenario: str, out_root: Path, cmdline: list[str]) -> None:
+def run_scenario(scenario: str, out_root: Path, cmdline: list[str], _args=None) -> None:
     out_dir = out_root / scenario
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for old in out_dir.glob("rank-*.json.gz"):
-        old.unlink()
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f"gloo-{scenario}-"))
-    cfg = {
-        "scenario": scenario,
-        "world": WORLD_SIZE,
-        "port": free_port(),
-        "out_dir": str(out_dir),
-        "tmp_dir": str(tmp_dir),
-    }
-    t0 = time.time()
-    try:
-        mp.spawn(worker, args=(cfg,), nprocs=WORLD_SIZE, join=True)
-        ranks = json.loads((tmp_dir / "ranks.json").read_text())
-    finally:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
+    cfg = {"scenario": scenario, "world": WORLD_SIZE}
+    ranks, wall = run_job(worker, cfg, WORLD_SIZE, out_dir)
     truth = build_truth(scenario, ranks, cmdline, WORLD_SIZE)
-    truth["provenance"]["wall_seconds"] = round(time.time() - t0, 1)
+    truth["provenance"]["wall_seconds"] = wall
     cf = counterfactual_summary(ranks, truth["mean_step_ms"])
     truth["counterfactual_no_delay"] = cf
     if SCENARIO_SPEC[scenario]["delayed_rank"] is not None:
@@ -665,22 +601,11 @@ def run_scenario(scenario: str, out_root: Path, cmdline: list[str]) -> None:
             "computes alone), other work on the host varies, and the counterfactual steps "
             "run without the profiler recording."
         )
-    (out_dir / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
-    size = sum(p.stat().st_size for p in out_dir.iterdir())
-    print(
-        f"{scenario}: {truth['provenance']['wall_seconds']} s, {size / 1024:.0f} KiB in {out_dir}"
-    )
-    print(f"  {truth['expected_answer']}")
+    write_truth(out_dir, truth)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scenario", action="append", choices=SCENARIOS)
-    ap.add_argument("--out", default="tests/data/real_gloo")
-    args = ap.parse_args()
-    cmdline = [sys.executable, *sys.argv]
-    for sc in args.scenario or SCENARIOS:
-        run_scenario(sc, Path(args.out), cmdline)
+    main_loop(__doc__, SCENARIOS, "tests/data/real_gloo", run_scenario)
 
 
 if __name__ == "__main__":

@@ -370,6 +370,17 @@ def infer_layout(trace: S.Trace) -> Layout:
     source = one_sided_sources(p2p["op"].to_numpy(), group, p2p[S.RANK].to_numpy())
     p2p = p2p.assign(sends=(p2p["op"] == "send").to_numpy() | (source == 1))
     unstaged = False  # a pipeline whose stages cannot be told
+    # A Send/Recv whose trace does not say its peer (Kineto without record_shapes) is an
+    # instance of its own rank with no group: the links, so the stages, are unknown.
+    # With some pairs known, the stages come from those (the lone ones are noted).
+    lone = (group == "") & (p2p["members"].map(len) == 1).to_numpy()
+    if lone.any():
+        unstaged = bool(lone.all())
+        notes.append(
+            f"{'pipeline stages not inferred: ' if unstaged else ''}{int(lone.sum())} Send/Recv "
+            "without their peer rank (Kineto records it with record_shapes only)"
+        )
+        p2p = p2p[~lone]
     if incomplete and len(p2p):
         # A pipeline with members not given cannot be staged: stage 0 or the sending side of a
         # pair may be among the missing ranks, and a chain of the pairs given starts at the
@@ -393,7 +404,8 @@ def infer_layout(trace: S.Trace) -> Layout:
     if unstaged:
         # Without the stages a group may span them (model-parallel, no dimension) or not: the
         # 4-rank AllReduce of a 4-stage pipeline is not a data-parallel group of 4.
-        notes.append("groups not assigned to a dimension: they may span the unknown stages")
+        if len(groups):
+            notes.append("groups not assigned to a dimension: they may span the unknown stages")
         found = {}
     else:
         found = _classify(trace, _families(groups), stage, notes)
@@ -413,7 +425,7 @@ def infer_layout(trace: S.Trace) -> Layout:
         return Layout(
             sizes["dp"], sizes["tp"], sizes["pp"], sizes["ep"], "inferred", coords, tuple(notes)
         )
-    if sizes["dp"] * sizes["tp"] * sizes["pp"] != world and "dp" not in found:
+    if sizes["dp"] * sizes["tp"] * sizes["pp"] != world and "dp" not in found and not unstaged:
         rest = world // (sizes["tp"] * sizes["pp"])
         if rest > 1 and rest * sizes["tp"] * sizes["pp"] == world:
             sizes["dp"] = rest

@@ -1,7 +1,12 @@
 """Per-stage pipeline figures the PIP rules read: busy time, bubble, warm-up, cool-down, waits.
 
 A rank's *busy* time is the union of its compute events inside the analysed window; its
-*bubble* the rest of the window. A stage's figures are the medians over its ranks. The number
+*bubble* the rest of the window. Its *work* is the busy time less what its ops ran beyond
+``STRETCH`` times their typical length (the median of the same op on the same rank): on a host
+whose cores the ranks share (CPU training, 4 ranks on 2 cores), an op preempted midway lasts
+several times its usual length, time the host took, not the stage's work (the last stage's
+loss backward runs while every other stage computes, so its ops stretch most). A stage's
+figures are the medians over its ranks. The number
 of micro-batches is the number of forward Sends (towards a later stage) on a link, or without
 Send/Recv sides half its transfers (one forward activation, one backward gradient each).
 """
@@ -15,21 +20,59 @@ from tracediag.analysis.intervals import interval_overlap
 from tracediag.analysis.parallel_layout import P2P_OPS, group_members
 from tracediag.model import schema as S
 
+#: An op longer than this many times the median of the same op on its rank was stretched by
+#: something else (preempted on a shared host); what is beyond it does not count as work.
+STRETCH = 2.0
+
 
 def rank_busy(ctx, ranks) -> pd.DataFrame:
-    """Per rank: busy ns, first compute start and last compute end inside the window."""
+    """Per rank: busy ns, work ns (see the module docstring), first compute start and last
+    compute end inside the window."""
     ev = ctx.trace.events
     lo, hi = ctx.path.start_ns, ctx.path.end_ns
+    compute = ev[(ev[S.KIND] == "compute").to_numpy()]
+    s_all = np.clip(compute[S.TS].to_numpy(), lo, hi)
+    e_all = np.clip((compute[S.TS] + compute[S.DUR]).to_numpy(), lo, hi)
+    share = _worked_share(compute, e_all - s_all, _on_host_thread(ctx.trace, compute))
     rows = []
-    for rank in ranks:
-        c = ev[(ev[S.KIND] == "compute") & (ev[S.RANK] == rank)]
-        s = np.clip(c[S.TS].to_numpy(), lo, hi)
-        e = np.clip((c[S.TS] + c[S.DUR]).to_numpy(), lo, hi)
+    for rank in ranks:  # a loop over the ranks, not events
+        mine = (compute[S.RANK] == rank).to_numpy()
+        s, e = s_all[mine], e_all[mine]
         busy = int(interval_overlap(np.array([lo]), np.array([hi]), s, e)[0])
         first = int(s.min()) if len(s) else lo
         last = int(e.max()) if len(e) else hi
-        rows.append({"rank": int(rank), "busy_ns": busy, "first_ns": first, "last_ns": last})
+        rows.append(
+            {
+                "rank": int(rank),
+                "busy_ns": busy,
+                "work_ns": int(round(busy * share.get(int(rank), 1.0))),
+                "first_ns": first,
+                "last_ns": last,
+            }
+        )
     return pd.DataFrame(rows).set_index("rank")
+
+
+def _on_host_thread(trace, events: pd.DataFrame) -> np.ndarray:
+    """Per event: it sits on a host thread's track (CPU training's compute)."""
+    kinds = trace.tracks[S.TRACK_KIND].astype(str).to_numpy() == "cpu_thread"
+    track = events[S.TRACK].to_numpy()
+    return np.append(kinds, False)[np.where((track >= 0) & (track < len(kinds)), track, -1)]
+
+
+def _worked_share(compute: pd.DataFrame, dur: np.ndarray, host: np.ndarray) -> dict[int, float]:
+    """Per rank, the share of its compute time (``dur``: in the window) within ``STRETCH``
+    times the median length of the same op on that rank. Host threads only: a device's
+    engine is not preempted, and one kernel or instruction name covers many sizes there."""
+    if not len(compute) or not host.any():
+        return {}
+    rank = compute[S.RANK].to_numpy()
+    name = compute[S.NAME].astype(str).to_numpy() if S.NAME in compute else np.zeros(len(rank))
+    typical = pd.Series(dur).groupby([rank, name]).transform("median").to_numpy()
+    worked = np.where(host, np.minimum(dur, STRETCH * typical), dur)
+    total = pd.Series(dur).groupby(rank).sum()
+    kept = pd.Series(worked).groupby(rank).sum()
+    return {int(r): float(kept[r] / total[r]) if total[r] else 1.0 for r in total.index}
 
 
 def recv_waits(ctx) -> pd.Series:
@@ -79,7 +122,8 @@ def _transfers_per_link(ctx) -> int:
 
 
 def stage_table(ctx) -> pd.DataFrame:
-    """Per stage (index): ranks, busy, bubble and its share, warm-up, cool-down, Recv waits."""
+    """Per stage (index): ranks, busy, work, bubble and its share, warm-up, cool-down, Recv
+    waits."""
     layout = ctx.layout
     length = ctx.length_ns
     per_rank = rank_busy(ctx, layout.coords.index)
@@ -93,6 +137,7 @@ def stage_table(ctx) -> pd.DataFrame:
                 "stage": stage,
                 "ranks": tuple(ranks),
                 "busy_ns": busy,
+                "work_ns": int(mine["work_ns"].median()),
                 "bubble_ns": length - busy,
                 "bubble_pct": round(100.0 * (length - busy) / length, 2) if length else 0.0,
                 "warmup_ns": int((mine["first_ns"] - ctx.path.start_ns).median()),
