@@ -23,11 +23,30 @@ checked by :func:`violations`; a test whose diagnosis breaks one fails with the 
    (a rank's pace restored to its peers' and its gaps closed), COL202/COL203 (every participant's
    transfer shortened, and gaps), DMA101/DMA102/DMA103 (queueing and packet merging restore whole
    queues), HST401 (host gaps), NUM703 (spill traffic removed), PIP602 (stages rebalanced).
+
+   For every rule, 5 bounds the saving by what its change removes, impact or not.
 3. No bandwidth above the peak it is compared with: in a finding's evidence, ``busbw`` <=
    ``link_bw`` and ``achieved_bw``/``typical_bw`` <= ``peak_bw`` (where both are finite).
 4. No engine the device lacks: a finding's ``engine`` is an engine of one of its ranks' tracks,
    or a function those ranks have events of (``dma`` for copies, ``cc`` for collectives, ``cpu``
    for host threads).
+5. Saving within what its own change removes, for EVERY finding whose rule recorded a change
+   (``Analysis.finding(change=)``), and for the joint saving of the headline findings with their
+   joint change: ``saving_ns <= removed_on_path_ns + added_ns``
+   (:func:`tracediag.engine.saving_bound.change_effect`), the time the change takes off the
+   durations and gaps of the critical path's binding chain (continued back to its root) plus
+   any time it adds anywhere. The old path with the new durations still runs from its root to
+   the window's last node, and the window's first start moves later only by time added, so the
+   step cannot shrink by more (proof in ``saving_bound``'s docstring). This is "no saving
+   exceeds its impact plus what its own change removes" without the slack of the impact: a
+   COL201 saving may exceed its impact (gloo alltoall: 293.6 ms against 244.7 ms; its change
+   also restores the rank's pace), never the 326.7 ms its change takes off the path.
+6. A finding's change only takes time out: it lengthens no node and widens no gap
+   (``ChangeEffect.added_ns == 0``; a fix restores work and waits to what they should take),
+   and it starts no node before the predecessor that binds it ends, further than observed: no
+   gap is set below both 0 and its observed value (``ChangeEffect.early_ns == 0``). Such a gap
+   would let the replay move work earlier than any recorded dependency allows (COL201 gave a
+   straggler's events its peers' -19 ns overlaps, fixed in ``whatif/straggler_pace.py``).
 """
 
 from __future__ import annotations
@@ -36,6 +55,9 @@ import math
 
 import numpy as np
 
+from tracediag.analysis.context import change_key
+from tracediag.engine.saving_bound import change_effect, finding_effect
+from tracediag.graph.replay import joint
 from tracediag.model import schema as S
 
 #: Rules whose what-if only shortens the events they cite (see the module docstring, 2).
@@ -83,6 +105,9 @@ def violations(diagnosis) -> list[str]:
             out.append(f"{where}: saving {f.saving_ns} ns > critical path {path_ns} ns")
         if f.code in SAVING_WITHIN_IMPACT and f.saving_ns > f.impact_ns + SLACK_NS:
             out.append(f"{where}: saving {f.saving_ns} ns > impact {f.impact_ns} ns")
+        effect = finding_effect(diagnosis.analysis, f)
+        if effect is not None:
+            out += _effect_violations(where, f.saving_ns, effect, f.impact_ns)
         ev = f.evidence or {}
         for bw, peak in BANDWIDTH_PEAKS:
             both = _finite(ev.get(bw)) and _finite(ev.get(peak)) and ev[peak] > 0
@@ -92,4 +117,42 @@ def violations(diagnosis) -> list[str]:
             have = set().union(*(engines.get(int(r), set()) for r in f.ranks))
             if f.engine not in have:
                 out.append(f"{where}: names engine {f.engine!r}; its ranks have {sorted(have)}")
+    out += _joint_violations(diagnosis)
     return out
+
+
+def _effect_violations(where: str, saving_ns: int, effect, impact_ns: int | None = None) -> list:
+    """Properties 5 and 6 of a saving and the effect of its change."""
+    out = []
+    if saving_ns > effect.bound_ns + SLACK_NS:
+        beside = f", impact {impact_ns} ns" if impact_ns is not None else ""
+        out.append(
+            f"{where}: saving {saving_ns} ns > what its change removes from the path "
+            f"{effect.removed_on_path_ns} ns + adds {effect.added_ns} ns (removes "
+            f"{effect.removed_ns} ns anywhere{beside})"
+        )
+    if effect.added_ns:
+        out.append(
+            f"{where}: its change adds {effect.added_ns} ns to durations and gaps: a fix "
+            "shortens work and waits, it lengthens none"
+        )
+    if effect.early_ns:
+        out.append(
+            f"{where}: its change sets gaps {effect.early_ns} ns below 0 and below what was "
+            "observed: work would start before what it depends on ends"
+        )
+    return out
+
+
+def _joint_violations(diagnosis) -> list[str]:
+    """Properties 5 and 6 of the joint saving: the headline findings' changes made at once."""
+    a = diagnosis.analysis
+    changes = [
+        a.changes[k] for f in diagnosis.at_or_above("warning") if (k := change_key(f)) in a.changes
+    ]
+    if not changes:
+        return []
+    saving = diagnosis.joint_saving_ns
+    if saving is None:  # a finding with a saving recorded no change: no joint replay
+        return []
+    return _effect_violations("joint saving", saving, change_effect(a, joint(changes)))

@@ -81,8 +81,14 @@ def _gap_change(ctx, ranks: np.ndarray) -> WhatIf:
         host_med = median_of_others(key, gaps)
         host_med[extra[ok][hit]] = 0  # work the peers do not do has no gap before it either
         med[at[hit]] = host_med
-    late = np.isin(g.rank[idx], ranks) & ~np.isnan(med) & (g.gap[idx] > np.nan_to_num(med))
-    return WhatIf.gaps(idx[late], np.floor(med[late]).astype(np.int64))
+    # A peer's gap may be negative (its event starts a few ns before the one it follows ends:
+    # clock rounding, a queue's overlap); the rank's own gap is cut to it but never below its own
+    # overlap or 0, or the event would start before its dependency ends (tracediag/engine/
+    # saving_bound.py, ``early_ns``).
+    gap = g.gap[idx]
+    new = np.maximum(np.floor(np.nan_to_num(med)), np.minimum(gap, 0)).astype(np.int64)
+    late = np.isin(g.rank[idx], ranks) & ~np.isnan(med) & (gap > new)
+    return WhatIf.gaps(idx[late], new[late])
 
 
 def _host_peers(ctx):
