@@ -320,10 +320,10 @@ def _semaphore_numbers(ids: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     cat = labels(ids, len(ids))
     parts = pd.Series(cat.categories.astype(str)).str.extract(_ID)
     per_cat = pd.to_numeric(parts["sem"], errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
-    owner_cat = np.append(_owners(parts["owner"]), "")
+    # code -1 (no value) takes the appended last entry: also right when no row has a value
+    per_cat, owner_cat = np.append(per_cat, -1), np.append(_owners(parts["owner"]), "")
     codes = np.asarray(cat.codes)
-    known = codes >= 0
-    return np.where(known, per_cat[np.maximum(codes, 0)], -1), owner_cat[codes]
+    return per_cat[codes], owner_cat[codes]
 
 
 def _table_updates(updates: pd.DataFrame) -> pd.DataFrame:

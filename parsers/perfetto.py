@@ -7,8 +7,9 @@ ranks), :mod:`perfetto_events` (clock conversion, begin/end pairing, annotations
 and ``inst_dep_ids`` as edges), then :func:`neuron_part.finish_part` per rank (unusable times
 dropped and counted, edges renumbered).
 
-A file is one rank (from its name, ``rank_3``, else 0) unless it is a Neuron system profile,
-whose ``gid<g>-...`` tracks give rank ``g``. Instants are markers; see :mod:`perfetto_tracks` for
+A file is one rank (from its name, ``rank_3``, else its folder's, ``profile_rank_3/ntff.pftrace``,
+else 0) unless it is a Neuron system profile, whose ``gid<g>-...`` tracks give rank ``g``, or a
+Neuron device trace holding several processes' device tracks, whose pids give the ranks. Instants are markers; see :mod:`perfetto_tracks` for
 the kinds of slices.
 """
 
@@ -30,6 +31,7 @@ from tracediag.model.assembly import (
 )
 from tracediag.model.errors import TraceInputError
 from tracediag.parsers import perfetto_collectives as C
+from tracediag.parsers import perfetto_device as device
 from tracediag.parsers import perfetto_events as E
 from tracediag.parsers import perfetto_own as own
 from tracediag.parsers import perfetto_semaphores as semaphores
@@ -52,9 +54,10 @@ from tracediag.parsers.perfetto_tracks import CATEGORY_PREFIXES, classify
 def read(path: Path) -> list[RankPart]:
     """The file's ranks as canonical parts (see the module docstring)."""
     path = Path(path)
-    d = decode(path, E.WANTED | C.WANTED | SYSTEM_WANTED | own.WANTED | semaphores.WANTED)
+    wanted = E.WANTED | C.WANTED | SYSTEM_WANTED | own.WANTED | semaphores.WANTED | device.WANTED
+    d = decode(path, wanted)
     counts = dict(d.counts)
-    from_name = rank_from_name(path.name)
+    from_name, named_by = _rank_of_path(path)
     default_rank = from_name if from_name is not None else 0
     tracks = classify(d.tracks, d.events["track"].to_numpy(), default_rank)
     table = tracks.table.set_index("uuid")
@@ -104,12 +107,18 @@ def read(path: Path) -> list[RankPart]:
     edges = pd.concat(
         [
             E.flow_edges(flows, ts, owner, counts).assign(**{S.EDGE_KIND: "flow"}),
-            _dependency_kinds(E.dependency_edges(ann, fields[S.SRC_ID], counts), events),
+            _dependency_kinds(
+                E.dependency_edges(ann, fields[S.SRC_ID], counts, fields["has_id"]), events
+            ),
             waited,
             *([own.dependencies(ann, fields[S.SRC_ID], counts)] if tracks.ours else []),
         ],
         ignore_index=True,
     )
+    linked: dict[int, dict] = {}  # what the inferred links counted, per rank
+    if tracks.neuron == "device" and not tracks.ours:  # DMA and collective triggers
+        inferred, linked = device.inferred_edges(events, ann, fields, rank, collectives, [edges])
+        edges = pd.concat([edges, inferred], ignore_index=True)
     info: dict = (
         {"rank_source": "rank process", "written_by": "tracediag export"} if tracks.ours else {}
     )
@@ -119,13 +128,28 @@ def read(path: Path) -> list[RankPart]:
         sync = {f: E.exact_ints(ann, f, len(sl)) for f in (CPU_FIELD, NC_FIELD)}
         hardware_to_host_clock(events, rank, sync, info)
     own_meta = own.rank_entries(d) if tracks.ours else {}
+    if tracks.by_pid:
+        info["rank_source"] = "process pid"
+    elif not tracks.ours and tracks.neuron != "system":
+        info["rank_source"] = named_by
     parts = _parts(
         path, events, edges, collectives, rank, counts, tracks.neuron, from_name, info, own_meta
     )
     for part in parts:  # per rank, as the Parquet reader counts them
+        part.meta.info.update(linked.get(part.meta.rank, {}))
         if part.meta.rank in waits:
             part.meta.info["semaphore_waits"] = waits[part.meta.rank]
     return parts
+
+
+def _rank_of_path(path: Path) -> tuple[int | None, str]:
+    """The rank the file name states, else its folder's (a per-rank folder holding
+    ``ntff.pftrace`` or ``device_profile_model_<id>.pftrace``), and where it came from."""
+    for name, source in ((path.name, "filename"), (path.parent.name, "folder name")):
+        rank = rank_from_name(name)
+        if rank is not None:
+            return rank, source
+    return None, "default"
 
 
 def _events(d, sl: pd.DataFrame, fields: dict, table: pd.DataFrame, owner) -> pd.DataFrame:
@@ -152,7 +176,7 @@ def _events(d, sl: pd.DataFrame, fields: dict, table: pd.DataFrame, owner) -> pd
             S.LAYER: pd.Categorical(fields[S.LAYER]),
             S.OP: pd.Categorical(fields[S.OP]),
             S.SOURCE: pd.Categorical(fields[S.SOURCE]),
-            S.SRC_ID: _src_ids(fields[S.SRC_ID], d, sl),
+            S.SRC_ID: _src_ids(fields[S.SRC_ID], fields["has_id"], d, sl),
             TRACK_LABEL: pd.Categorical(track["label"].to_numpy(dtype=object)),
             TRACK_KIND_COL: pd.Categorical(track["track_kind"].to_numpy(dtype=object)),
             TRACK_ENGINE: pd.Categorical(track["engine"].to_numpy(dtype=object)),
@@ -190,10 +214,11 @@ def _from_categories(events: pd.DataFrame, cats: np.ndarray) -> None:
             events[col] = pd.Categorical(np.where(known, values, current))
 
 
-def _src_ids(from_annotations: np.ndarray, d, sl: pd.DataFrame) -> np.ndarray:
-    """The ``id`` annotation, else the event's ``correlation_id``, else -1."""
+def _src_ids(from_annotations: np.ndarray, has_id: np.ndarray, d, sl: pd.DataFrame) -> np.ndarray:
+    """The ``id`` annotation (64-bit, negative ones too), else the event's ``correlation_id``,
+    else -1."""
     corr = d.events["corr"].to_numpy()[sl["begin"].to_numpy()]
-    return np.where(from_annotations >= 0, from_annotations, corr)
+    return np.where(has_id, from_annotations, corr)
 
 
 def _dependency_kinds(edges: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:

@@ -159,6 +159,8 @@ def fields(ann: pd.DataFrame, n: int) -> dict[str, np.ndarray]:
     hbm = np.where(both_missing, np.nan, np.nan_to_num(parts[0]) + np.nan_to_num(parts[1]))
     out[S.BYTES] = np.fmax(out[S.BYTES], hbm)
     src, exact = exact_ints(ann, "id", n)
+    # A 64-bit id may be negative (neuron-formats.md): ``has_id`` says which slices have one.
+    out["has_id"] = exact | ~np.isnan(out[S.SRC_ID])
     out[S.SRC_ID] = np.where(exact, src, np.nan_to_num(out[S.SRC_ID], nan=-1).astype(np.int64))
     out["opcode"] = _values(ann, "opcode").reindex(np.arange(n)).to_numpy(dtype=object)
     return out
@@ -196,16 +198,29 @@ def flow_edges(
 
 
 def _int64_or_unknown(digits: np.ndarray) -> np.ndarray:
-    """Decimal ids as int64; -1 (no instruction has it) for those beyond int64's range."""
-    width = np.char.str_len(digits)
-    fits = (width < 19) | ((width == 19) & (digits <= "9223372036854775807"))
+    """Decimal ids as the int64 with their 64 bits: a signed id as it is, an unsigned one above
+    int64's range (``10463205956802632105``) as its two's complement, as the decoder reads a
+    uint64 annotation (Neuron prints one id both ways: neuron-formats.md); -1 (no instruction
+    has it) beyond 64 bits."""
+    negative = np.char.startswith(digits, "-")
+    body = np.where(negative, np.char.lstrip(digits, "-"), digits)
+    width = np.char.str_len(body)
+    fits_neg = negative & ((width < 19) | ((width == 19) & (body <= "9223372036854775808")))
+    fits_pos = ~negative & ((width < 20) | ((width == 20) & (body <= "18446744073709551615")))
     out = np.full(len(digits), -1, dtype=np.int64)
-    out[fits] = digits[fits].astype(np.int64)
+    out[fits_neg] = digits[fits_neg].astype(np.int64)
+    out[fits_pos] = digits[fits_pos].astype(np.uint64).view(np.int64)
     return out
 
 
-def dependency_edges(ann: pd.DataFrame, src_id: np.ndarray, counts: dict[str, int]) -> pd.DataFrame:
-    """Neuron ``inst_dep_ids`` (a list of ids, as an array or as text) -> edges dep -> slice."""
+def dependency_edges(
+    ann: pd.DataFrame,
+    src_id: np.ndarray,
+    counts: dict[str, int],
+    has_id: np.ndarray | None = None,
+) -> pd.DataFrame:
+    """Neuron ``inst_dep_ids`` (a list of ids, as an array or as text) -> edges dep -> slice.
+    ``has_id``: the slices with an id (negative ids too); None: those with ``src_id >= 0``."""
     deps = ann[ann["name"] == "inst_dep_ids"]
     empty = pd.DataFrame({S.SRC: np.zeros(0, np.int64), S.DST: np.zeros(0, np.int64)})
     if not len(deps):
@@ -221,7 +236,8 @@ def dependency_edges(ann: pd.DataFrame, src_id: np.ndarray, counts: dict[str, in
             _int64_or_unknown(from_text.to_numpy(dtype=str)),
         ]
     ).astype(np.int64)
-    index = IdIndex(src_id, src_id >= 0, np.arange(len(src_id), dtype=np.int64))
+    has_id = src_id >= 0 if has_id is None else has_id
+    index = IdIndex(src_id, has_id, np.arange(len(src_id), dtype=np.int64))
     src = index.lookup(ids)
     missing = int((src < 0).sum())
     if missing:

@@ -8,7 +8,11 @@ instant per update. The screenshot does not show an update's arguments; where an
 ``value`` (and ``update_source``), as the ``SemaphoreUpdate`` row it stands for does, that is
 its value, else the k-th instant of a track is taken to set it to k (every update there is an
 increment, ``sem_inc``: an inference). A DMA slice's ``semaphore_id`` annotation names the
-semaphore its completion increments.
+semaphore its completion increments; a DMA slice without one (the screenshot's DMA arguments are
+the legacy JSON row's: queue, size, times) increments the semaphore whose track is named after its
+queue, ``S[10] (qSyncIO0)`` for a ``qSyncIO0`` transfer, where the rank has exactly one such
+track: a DMA block's ``semaphore_id`` names its queue as the owner (``S[10] (qGpSimdPIO0)``,
+profile-schema-reference ``DmaPacketAggregated``), an inference from that spelling.
 
 These become the tables :func:`neuron_semaphores.semaphore_edges` reads for Parquet
 (instructions with their text columns, DMA transfers with ``semaphore_id``, collectives, and the
@@ -31,11 +35,14 @@ from tracediag.parsers.perfetto_decode import (
     TYPE_SLICE_BEGIN,
     Decoded,
 )
+from tracediag.parsers.perfetto_device import QUEUE_FIELDS, annotations, queue_names
 
 #: Why :mod:`perfetto_tracks` skips a semaphore track's events (they are state, not work).
 SEMAPHORE_TRACK = "semaphore track events"
 #: The annotation names read here (the decoder keeps only wanted names).
 WANTED = frozenset({*TEXT_COLUMNS, "semaphore_id", "value", "update_source", "trigger_start_ts"})
+#: A semaphore named after a DMA queue (``S[10] (qSyncIO0)``): the owner is the queue.
+_QUEUE_OWNED = r"^\s*\$?S\[\d+\]\s*\((q[^)]*)\)\s*$"
 _EMPTY = pd.DataFrame(
     {S.SRC: np.zeros(0, np.int64), S.DST: np.zeros(0, np.int64), S.EDGE_KIND: "dependency"}
 )
@@ -61,6 +68,7 @@ def semaphore_edges(
     # The collective a trigger instruction started: its increment is the collective's.
     trigger = pd.to_numeric(pd.Series(texts["trigger_start_ts"]), errors="coerce").to_numpy()
     updates = _updates(d, ts, per_event)
+    queues = annotations(ann, QUEUE_FIELDS, n)
     kind = events[S.KIND].to_numpy(dtype=object)
     start = events[S.TS].to_numpy(dtype=np.int64)
     dur = events[S.DUR].to_numpy(dtype=np.int64)
@@ -75,18 +83,36 @@ def semaphore_edges(
         }
         for c in TEXT_COLUMNS:
             tables["instruction"][c] = texts[c][rows["instruction"]]
-        tables["dma"]["semaphore_id"] = texts["semaphore_id"][rows["dma"]]
+        mine = None if updates is None else updates[updates["rank"].to_numpy() == r]
+        named = texts["semaphore_id"][rows["dma"]]
+        if mine is not None and pd.isna(named).any():
+            named = _queue_semaphores(named, queue_names(events, queues, rows["dma"]), mine)
+        tables["dma"]["semaphore_id"] = named
         tables["cc"]["trigger_start_ts"] = trigger[rows["cc"]]
         sizes = np.cumsum([0] + [len(i) for i in rows.values()])
         first = dict(zip(rows, sizes[:-1].tolist(), strict=True))
         glob = np.concatenate(list(rows.values()))
         meta = S.RankMeta(rank=int(r))
-        mine = None if updates is None else updates[updates["rank"].to_numpy() == r]
         e = table_edges(tables, first, mine, meta, partial=True)
         frames.append(e.assign(**{S.SRC: glob[e[S.SRC]], S.DST: glob[e[S.DST]]}))
         if "semaphore_waits" in meta.info:
             waits[int(r)] = meta.info["semaphore_waits"]
     return pd.concat([_EMPTY, *frames], ignore_index=True), waits
+
+
+def _queue_semaphores(
+    named: pd.Categorical, queue: pd.Series, updates: pd.DataFrame
+) -> pd.Categorical:
+    """DMA slices' ``semaphore_id`` where missing: the one semaphore track of the rank whose
+    owner is the slice's queue (see the module)."""
+    tracks = pd.Series(pd.unique(updates["id"].astype(object).dropna()), dtype=object)
+    owner = tracks.astype(str).str.extract(_QUEUE_OWNED, expand=False)
+    unique = owner.notna() & ~owner.duplicated(keep=False)
+    by_queue = pd.Series(tracks[unique].to_numpy(), index=owner[unique].to_numpy())
+    filled = pd.Series(np.asarray(named, dtype=object)).fillna(
+        pd.Series(by_queue.reindex(queue.to_numpy()).to_numpy(dtype=object))
+    )
+    return pd.Categorical(filled)
 
 
 def _text(ann: pd.DataFrame, name: str, n: int) -> pd.Categorical:
@@ -109,7 +135,10 @@ def _updates(d: Decoded, ts: np.ndarray, per_event: pd.DataFrame) -> pd.DataFram
     if not len(rows):
         return None
     track = d.events["track"].to_numpy()[rows]
-    names = pd.Series(d.tracks["name"].to_numpy(dtype=object), index=d.tracks["uuid"].to_numpy())
+    # A track's name is its descriptor's ``name``, else its thread's (ThreadDescriptor
+    # ``thread_name``: both spellings occur, protobuf-formats.md).
+    named = d.tracks["name"].where(d.tracks["name"] != "", d.tracks["thread"])
+    names = pd.Series(named.to_numpy(dtype=object), index=d.tracks["uuid"].to_numpy())
     a = d.annotations
     at = np.searchsorted(rows, a["ev"].to_numpy())
     on = (at < len(rows)) & (rows[np.minimum(at, len(rows) - 1)] == a["ev"].to_numpy())

@@ -12,9 +12,16 @@ the tool's screenshots, see neuron-formats.md section 3):
   ``dma_queue`` track labelled ``dma engine <n>`` or the queue name (``/row<k>`` for k > 0).
 - ``S[<n>] (<Engine>)``: semaphore values: state, not work; their number goes to
   ``meta.info["semaphore_update_count"]`` as the Parquet reader's ``SemaphoreUpdate`` rows do.
-- ``CC Stream <n> - Row <k>``: collectives (kind ``collective`` on a ``cc_core`` track labelled
-  ``cc stream <n>``, as the Parquet reader's), with the CcOp fields as annotations (see
-  :mod:`perfetto_collectives`).
+- ``CC-core <n> - Row <k>`` or a bare ``CC-core <n>`` (the rows the profiler's timeline shows
+  for collectives, neuron-profile-user-guide "Timeline"), and ``CC Stream <n> - Row <k>`` (our
+  generator's): collectives, kind ``collective`` on a ``cc_core`` track labelled ``cc core <n>``
+  or ``cc stream <n>``, with the CcOp fields as annotations (see :mod:`perfetto_collectives`).
+
+Ranks of a device trace: the file's (or its folder's) ``profile_rank_<g>`` name, given as
+``default_rank``; a file holding the device tracks of several processes (one
+``Instructions`` process per NeuronCore: a ``device_profile_model_<id>.pftrace`` of a whole job)
+gives each process with engine rows the rank of its pid (the worker_gid: nothing else names
+the core).
 
 Neuron system profiles: thread tracks ``gid<g>-nc<n>-tid<t>-<source>`` belong to rank ``g``
 (the worker_gid); ``neuron_rt`` (runtime calls) and framework tracks are ``host`` events on
@@ -44,9 +51,10 @@ from tracediag.parsers.neuron_common import ENGINE_ALIASES
 _ENGINE_ROW = re.compile(r"^\s*([A-Za-z]+)\s+Engine\s*-\s*Row\s*(\d+)\s*$", re.IGNORECASE)
 _DMA_ROW = re.compile(r"^\s*(DMA\s+Engine\s+\d+|q\w+)\s*-\s*Row\s*(\d+)\s*$", re.IGNORECASE)
 _SEMAPHORE = re.compile(r"^\s*S\[\d+\]")
-#: Collectives: ``CC Stream <n> - Row <k>`` (the convention of our generator; Neuron's own
-#: output does not document collective tracks).
+#: Collectives: ``CC Stream <n> - Row <k>`` (the convention of our generator).
 _CC_ROW = re.compile(r"^\s*CC\s+Stream\s+(\d+)\s*-\s*Row\s*(\d+)\s*$", re.IGNORECASE)
+#: Neuron's collective rows: ``CC-core 0 - Row 0`` or ``CC-core 0`` (row 0).
+_CC_CORE = re.compile(r"^\s*CC[-\s]?core\s*(\d+)(?:\s*-\s*Row\s*(\d+))?\s*$", re.IGNORECASE)
 #: Neuron system threads: ``gid33-nc1-tid4-neuron_rt``, ``gid0-nrt-nc0-tid2077393-neuron_rt``,
 #: ``nrt-nc0-tid200692-neuron_rt`` (the gid is optional; :mod:`perfetto_system` ranks them).
 _SYSTEM_THREAD = re.compile(r"^(?:gid(\d+)-)?(?:nrt-)?nc(\d+)-tid(\d+)-(\w+)$")
@@ -68,6 +76,7 @@ class TrackMap:
     table: pd.DataFrame  # uuid, label, track_kind, engine, device, event_kind, rank, skip
     neuron: str  # "device", "system" or "" (not a Neuron trace)
     ours: bool = False  # written by tracediag export (ranks from "rank <r>" processes)
+    by_pid: bool = False  # device tracks of several processes: each pid is a rank
 
 
 def classify(tracks: pd.DataFrame, used: np.ndarray, default_rank: int) -> TrackMap:
@@ -82,10 +91,31 @@ def classify(tracks: pd.DataFrame, used: np.ndarray, default_rank: int) -> Track
     table["uuid"] = table["uuid"].astype(np.uint64)
     system = table["base"].str.match(_SYSTEM_THREAD.pattern).any()
     device = table["track_kind"].isin(["compute_engine", "cc_core"]).any()
-    table["label"] = _unique_labels(table, info)
     ours = bool(table.pop("ours").any())
     neuron = "system" if system else "device" if device else ""
-    return TrackMap(table.drop(columns="base"), neuron, ours)
+    by_pid = neuron == "device" and not ours and _ranks_by_pid(table, info)
+    table["label"] = _unique_labels(table, info)
+    return TrackMap(table.drop(columns="base"), neuron, ours, by_pid)
+
+
+def _ranks_by_pid(table: pd.DataFrame, info: dict) -> bool:
+    """Where engine rows sit in more than one process (each NeuronCore's ``Instructions``),
+    every track of such a process takes the pid as its rank (in place); whether that was so.
+    A process without engine rows is no core of its own."""
+    pid = np.array([_pid(int(u), info) for u in table["uuid"]], dtype=np.int64)
+    device = (table["track_kind"] == "compute_engine").to_numpy()
+    pids = np.unique(pid[device & (pid >= 0)])
+    if len(pids) < 2:
+        return False
+    mine = np.isin(pid, pids)
+    table.loc[mine, "rank"] = pid[mine]
+    return True
+
+
+def _pid(uuid: int, info: dict) -> int:
+    """The pid of the track's own or nearest ancestor's descriptor (-1: none)."""
+    at = _ancestor(uuid, info, lambda r: r.pid >= 0)
+    return int(info[at].pid) if at is not None else -1
 
 
 def _describe(uuid: int, info: dict, default_rank: int) -> tuple:
@@ -102,8 +132,10 @@ def _describe(uuid: int, info: dict, default_rank: int) -> tuple:
         label = _row_label(engine, int(engine_row.group(2)))
         return uuid, label, "compute_engine", engine, "", "compute", default_rank, ""
     cc_row = _CC_ROW.match(name)
-    if cc_row:
-        label = _row_label(f"cc stream {cc_row.group(1)}", int(cc_row.group(2)))
+    cc_core = _CC_CORE.match(name)
+    if cc_row or cc_core:
+        n, k = (cc_row or cc_core).groups()
+        label = _row_label(f"cc {'stream' if cc_row else 'core'} {n}", int(k or 0))
         return uuid, label, "cc_core", "cc", "", "collective", default_rank, ""
     dma_row = _DMA_ROW.match(name)
     if dma_row:

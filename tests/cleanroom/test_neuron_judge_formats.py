@@ -67,35 +67,11 @@ CLI_LAYOUTS = ("parquet", "perfetto")
 # to the previous one's end only through each track's first transfer, legacy JSON DMA rows
 # without a block or trigger id given no trigger, so no source line for DMA104). Reasons in
 # short; the xfail message carries the figures measured on each run.
-# The Perfetto device traces (layout perfetto_device, added 2026-12-02): the run's DMA slices
-# with only the legacy JSON row keys (subgroup, transfer_size) stop the load with an IndexError;
-# read, no collective comes from the CC-core rows, so no COL201 and ranks left unaligned
-# (TRC503), rank folders/files profile_rank_<g> and pid = worker_gid do not give the ranks.
-_PFD_CRASH = {
-    "load[perfetto_device]": "IndexError on DMA slices that carry the legacy JSON keys only",
-    "same-device": "perfetto_device not loaded",
-    "same-all": "perfetto_device not loaded",
-}
-_PFD_NO_CC = {
-    "ends[perfetto_device]": "no collectives read from the CC-core rows",
-    "same-device": "perfetto_device gives TRC501/TRC503/TRC506, not the cause's findings",
-    "same-all": "perfetto_device gives TRC501/TRC503/TRC506, not the cause's findings",
-}
-_PFD_RANKS = {"ranks[perfetto_device]": "profile_rank_<g> names and pid = worker_gid not used"}
-_PFD_COL = {"col201[perfetto_device]": "no collectives, so no COL201"}
-_PFD_DMA = {"dma101[perfetto_device]": "DMA101 absent or its saving far from the truth"}
-KNOWN: dict[tuple[str, int], dict[str, str]] = {
-    ("clean", 0): _PFD_CRASH,
-    ("clean", 20): _PFD_CRASH,
-    ("straggler", 0): _PFD_CRASH,
-    ("straggler", 8): _PFD_CRASH,
-    ("straggler", 3): {**_PFD_NO_CC, **_PFD_COL},
-    ("straggler", 54): {**_PFD_NO_CC, **_PFD_COL},
-    ("straggler", 29): {**_PFD_NO_CC, **_PFD_COL, **_PFD_RANKS},
-    ("dma", 0): _PFD_CRASH,
-    ("dma", 16): {**_PFD_NO_CC, **_PFD_DMA, **_PFD_RANKS},
-    ("dma", 7): {**_PFD_NO_CC, **_PFD_DMA},
-}
+# The Perfetto device traces (layout perfetto_device, added 2026-12-02) were fixed the same day:
+# DMA slices with only the legacy JSON row keys (an IndexError), collectives from the CC-core
+# rows, ranks from profile_rank_<g> folders and pid = worker_gid, negative and unsigned ids,
+# DMA and collective triggers, executions and packets as the legacy JSON reader infers them.
+KNOWN: dict[tuple[str, int], dict[str, str]] = {}
 
 
 def _input_paths(run: dict, layout: str) -> list[str]:
