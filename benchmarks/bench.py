@@ -13,7 +13,8 @@ Cases (see ``cases.py`` for the generator options behind the sizes): ``chrome-1M
 Chrome JSON of ~1M events, uncompressed), ``parquet-4x1M`` (Neuron Parquet, 4 ranks x ~1M device
 events), ``parquet-64x100k`` (64 ranks x ~100k), ``perfetto-2x100k`` (Neuron device Perfetto traces, 2
 ranks x ~99k packets; ``--case perfetto-2x100k --stages floor,decode`` gives packets/s of the
-decoder against the floor, protobuf's parse of each file's bytes as one ``Trace``). Generated files are kept in ``--out``
+decoder against the floor, protobuf's parse of each file's bytes as one ``Trace``; ``perfetto-2x400k``:
+the same at 76 MB per rank, files the compiled walk reads). Generated files are kept in ``--out``
 (default ``bench_out/``, git-ignored) and reused while the case is unchanged.
 
 Every stage runs in a fresh process, so its peak RSS (``wait4``'s ``ru_maxrss`` of the child) is
@@ -68,7 +69,7 @@ SUITES = {
     "all": tuple(CASES),
     "chrome": ("chrome-1M",),
     "parquet": ("parquet-4x1M", "parquet-64x100k"),
-    "perfetto": ("perfetto-2x100k",),
+    "perfetto": ("perfetto-2x100k", "perfetto-2x400k"),
     "real": (),  # the real traces present (see run_real)
 }
 

@@ -85,6 +85,14 @@ CASES = {
             "straggler",
             "Neuron device Perfetto, 2 ranks x ~99k packets (scale 200 = 800 layers)",
         ),
+        Case(
+            "perfetto-2x400k",
+            "perfetto",
+            2,
+            800,
+            "straggler",
+            "Neuron device Perfetto, 2 ranks x ~397k packets (scale 800; 76 MB each: compiled walk)",
+        ),
     )
 }
 

@@ -27,6 +27,7 @@ from pandas.api.types import infer_dtype
 from tracediag.io.compiled import compiled
 from tracediag.io.files import GZIP_MAGIC
 from tracediag.parsers import perfetto_fast as F
+from tracediag.parsers import perfetto_scan
 from tracediag.parsers import perfetto_wire as Wire
 from tracediag.parsers.perfetto_stream import FramingError, decoded, frames, scan_records
 
@@ -94,7 +95,7 @@ def decode(path: Path, wanted: frozenset[str]) -> Decoded:
     fast: list[F.FastEvents] = []
     first_record = 0
     kernels = _kernels() if _compiled_pays(path) else None
-    scan = _compiled_scan(kernels.scan) if kernels else scan_records
+    scan = _compiled_scan(kernels.scan) if kernels else perfetto_scan.scan
     for buf, records, base in frames(path, counts, scan):
         bounds = np.asarray(records, dtype=np.int64).reshape(-1, 3)
         wire = Wire.Buffer(buf)
@@ -121,10 +122,13 @@ def decode(path: Path, wanted: frozenset[str]) -> Decoded:
 
 
 #: Files of this many decompressed bytes and more are walked by the compiled kernels
-#: (:mod:`perfetto_kernel`): the numpy walk reads ~30 MB/s, and numba's import and loading the
-#: cached machine code cost ~0.35 CPU s the first time in a process (compiling it, once per
-#: installation, several seconds more). Once loaded, the kernels serve every file.
-COMPILE_ABOVE_BYTES = 16 << 20
+#: (:mod:`perfetto_kernel`): numba's import and loading the cached machine code cost ~0.35-0.5
+#: CPU s the first time in a process (compiling it, once per installation, several seconds
+#: more), which the kernels win back only on big files: cold, the numpy path read a 19 MB
+#: Neuron device trace (99k packets) in 0.40-0.54 CPU s and the compiled one in 0.70-0.98; at
+#: 76 MB (397k packets) the compiled one was ahead (1.8 vs 1.9-2.5). Once loaded, the kernels
+#: serve every file.
+COMPILE_ABOVE_BYTES = 48 << 20
 
 
 def _compiled_pays(path: Path) -> bool:
@@ -316,11 +320,13 @@ class _Slow:
         pos = np.concatenate(
             [np.array(ev["pos"], dtype=np.int64), *(f.events["pos"] for f in fast)]
         )
-        order = np.argsort(pos, kind="stable")
-        pos = pos[order]
+        # Slow events (before the fast ones) among fast ones: merged by position.
+        order = None if (pos[1:] >= pos[:-1]).all() else np.argsort(pos, kind="stable")
+        pos = pos if order is None else pos[order]
 
         def column(key: str, slow: np.ndarray) -> np.ndarray:
-            return np.concatenate([slow, *(f.events[key] for f in fast)])[order]
+            joined = np.concatenate([slow, *(f.events[key] for f in fast)])
+            return joined if order is None else joined[order]
 
         def objects(key: str) -> np.ndarray:
             return column(key, np.array(ev[key] + [None], dtype=object)[:-1])
@@ -362,19 +368,22 @@ def _rows(slow: dict, fast: list[dict], event_pos: np.ndarray, counts: dict) -> 
     """Annotation rows of both paths, in event order (each event's rows come from one path, in
     the order that path read them); ``ev`` is the event's row."""
     pos = np.concatenate([np.array(slow["pos"], np.int64), *(f["pos"] for f in fast)])
-    order = np.argsort(pos, kind="stable")
     values = np.concatenate(
         [np.array(slow["value"] + [None], dtype=object)[:-1], *(f["value"] for f in fast)]
-    )[order]
-    kind = np.concatenate([np.array(slow["kind"], np.int8), *(f["kind"] for f in fast)])[order]
+    )
+    kind = np.concatenate([np.array(slow["kind"], np.int8), *(f["kind"] for f in fast)])
     names = np.concatenate(
         [np.array(slow["name"] + [None], dtype=object)[:-1], *(f["name"] for f in fast)]
-    )[order]
-    values[kind == VALUE_TEXT] = _texts(values[kind == VALUE_TEXT], counts, "annotation values")
+    )
+    if len(pos) > 1 and not (pos[1:] >= pos[:-1]).all():  # slow rows among fast ones: merge
+        order = np.argsort(pos, kind="stable")
+        pos, values, kind, names = pos[order], values[order], kind[order], names[order]
+    text = kind == VALUE_TEXT
+    values[text] = _texts(values[text], counts, "annotation values")
     return pd.DataFrame(
         {
-            "ev": np.searchsorted(event_pos, pos[order]).astype(np.int64),
-            "name": names.astype(object),
+            "ev": np.searchsorted(event_pos, pos).astype(np.int64),
+            "name": names,
             "kind": kind,
             "value": values,
         }

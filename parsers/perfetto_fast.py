@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from tracediag.parsers import perfetto_wire as W
+from tracediag.parsers.perfetto_asof import asof
 
 SUB_BITS = 24  # a packet's position: record index << SUB_BITS | index inside a bundle
 _W0, _W1, _W2 = W.WIRE_VARINT, W.WIRE_FIXED64, W.WIRE_LEN
@@ -54,10 +55,10 @@ def _in(values: np.ndarray, group) -> np.ndarray:
 
 def _unexpected(f: W.Fields, allowed: dict[int, int], n: int) -> np.ndarray:
     """Per message: a field outside ``allowed`` or with another wire type."""
-    expected = np.array([allowed.get(int(k), -1) for k in range(max(allowed) + 1)])
-    known = f.field < len(expected)
-    ok = known & (expected[np.where(known, f.field, 0)] == f.wire)
-    return W.count_per(f.msg, np.flatnonzero(~ok), n) > 0
+    top = max(allowed) + 1  # field numbers from here on: unknown (-1 matches no wire type)
+    expected = np.array([allowed.get(k, -1) for k in range(top)] + [-1])
+    ok = expected[np.minimum(f.field, top)] == f.wire
+    return W.any_per(f.msg, np.flatnonzero(~ok), n)
 
 
 def _repeated_singular(f: W.Fields, groups: list[tuple[int, ...]], n: int) -> np.ndarray:
@@ -69,7 +70,9 @@ def _repeated_singular(f: W.Fields, groups: list[tuple[int, ...]], n: int) -> np
     which = table[np.minimum(f.field, len(table) - 1)]
     rows = which >= 0
     counts = np.bincount(f.msg[rows] * len(groups) + which[rows], minlength=n * len(groups))
-    return (counts.reshape(n, len(groups)) > 1).any(axis=1)
+    out = np.zeros(n, dtype=bool)
+    out[np.flatnonzero(counts > 1) // len(groups)] = True
+    return out
 
 
 @dataclass
@@ -95,7 +98,7 @@ def shapes(buf: W.Buffer, starts: np.ndarray, ends: np.ndarray) -> Shapes:
     slow = p.bad | _unexpected(p, _PACKET, n)
     slow |= _repeated_singular(p, [(k,) for k in _PACKET], n)
     big = _in(p.field, (10, 13, 58)) & (p.value >= _U32)  # uint32 fields
-    slow |= W.count_per(p.msg, np.flatnonzero(big), n) > 0
+    slow |= W.any_per(p.msg, np.flatnonzero(big), n)
     flags = p.of(13, _W0)
     slow[p.msg[flags[(p.value[flags] & 1) != 0]]] = True  # incremental state cleared
     te = p.in_order(p.of(11, _W2))
@@ -119,9 +122,9 @@ def shapes(buf: W.Buffer, starts: np.ndarray, ends: np.ndarray) -> Shapes:
     na = len(da)
     bad_a = a.bad | _unexpected(a, _ANNOTATION, na)
     bad_a |= _repeated_singular(a, [(1, 10), tuple(_VALUES)], na)
-    has_value = W.count_per(a.msg, np.flatnonzero(_in(a.field, tuple(_VALUES))), na) > 0
+    has_value = W.any_per(a.msg, np.flatnonzero(_in(a.field, tuple(_VALUES))), na)
     el = a.in_order(np.flatnonzero(_in(a.field, (11, 12))))
-    bad_a |= has_value & (W.count_per(a.msg, el, na) > 0)
+    bad_a |= has_value & W.any_per(a.msg, el, na)
     element_annotation = a.msg[el]
     x = W.walk(buf, a.data[el], a.data[el] + a.value[el].astype(np.int64))
     nx = len(el)
@@ -182,25 +185,6 @@ class SequenceLog:
         found = at >= 0
         out[found] = values[at[found]]
         return out
-
-
-def asof(ek1, ek2, epos, qk1, qk2, qpos) -> np.ndarray:
-    """For each query, the latest entry with the same two keys at a smaller position (-1: none)."""
-    ne = len(ek1)
-    k1, k2 = np.concatenate([ek1, qk1]), np.concatenate([ek2, qk2])
-    pos = np.concatenate([epos, qpos])
-    is_query = np.arange(len(k1)) >= ne
-    order = np.lexsort((is_query, pos, k2, k1))
-    sorted_entry = np.where(is_query[order], -1, np.arange(len(order)))
-    last = np.maximum.accumulate(sorted_entry) if len(order) else sorted_entry
-    q_at = np.flatnonzero(is_query[order])
-    query = order[q_at] - ne
-    prev = last[q_at]
-    entry = np.where(prev >= 0, order[np.maximum(prev, 0)], 0)
-    same = (prev >= 0) & (k1[entry] == k1[query + ne]) & (k2[entry] == k2[query + ne])
-    out = np.full(len(qk1), -1, dtype=np.int64)
-    out[query] = np.where(same, entry, -1)
-    return out
 
 
 def texts(buf: W.Buffer, start: np.ndarray, length: np.ndarray, kernels=None) -> np.ndarray:
@@ -403,11 +387,11 @@ def wired(sh: Shapes) -> Wired:
         seq=packet_field(10),
         flags=packet_field(13),
         ts=packet_field(8),
-        has_ts=(W.count_per(p.msg, p.of(8, _W0), n) > 0)[pk],
+        has_ts=W.any_per(p.msg, p.of(8, _W0), n)[pk],
         clock=packet_field(58).astype(np.int64),
         kind=event_field(9),
         uuid=event_field(11),
-        has_uuid=(W.count_per(e.msg, e.of(11, _W0), ne) > 0)[er],
+        has_uuid=W.any_per(e.msg, e.of(11, _W0), ne)[er],
         name_iid=event_field(10),
         name_at=name_at,
         name_len=name_len,

@@ -22,7 +22,8 @@ from tracediag.io.files import GZIP_MAGIC
 from tracediag.model.errors import TraceInputError
 from tracediag.parsers.protos.perfetto_trace_pb2 import Trace, TracePacket
 
-CHUNK_BYTES = 1 << 22
+#: 2 MiB: the numpy walk gathers from a chunk that stays in cache (8 MiB read ~40% slower).
+CHUNK_BYTES = 1 << 21
 #: Larger declared records are corrupt framing, not data (real packets are kilobytes).
 MAX_RECORD_BYTES = 1 << 28
 _PACKET_TAG = 0x0A  # field 1, wire type 2 (length-delimited)

@@ -167,6 +167,13 @@ def count_per(msg: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(msg[rows], minlength=n)
 
 
+def any_per(msg: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
+    """Per message: whether it has any of ``rows`` (one scatter; ``count_per(...) > 0``)."""
+    out = np.zeros(n, dtype=bool)
+    out[msg[rows]] = True
+    return out
+
+
 def last_per(msg: np.ndarray, rows: np.ndarray, values: np.ndarray, n: int, fill) -> np.ndarray:
     """Per message the value of its last row among ``rows`` (protobuf: the last one wins)."""
     out = np.full(n, fill, dtype=values.dtype)
