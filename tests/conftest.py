@@ -29,13 +29,14 @@ def _report_invariants(monkeypatch):
         return diagnosis
 
     checked.__wrapped__ = original
-    # Modules that imported the function by name hold their own reference: replace those too.
+    # Modules that imported the function by name hold their own reference, under any name
+    # (tracediag.api.job's ``engine_diagnose``): replace those too.
     for name, module in list(sys.modules.items()):
-        if (
-            name.startswith(("tracediag", "tests"))
-            and getattr(module, "diagnose", None) is original
-        ):
-            monkeypatch.setattr(module, "diagnose", checked)
+        if not name.startswith(("tracediag", "tests")):
+            continue
+        for attr, value in list(vars(module).items()):
+            if value is original:
+                monkeypatch.setattr(module, attr, checked)
     yield
     if found:
         pytest.fail("report invariants broken:\n  " + "\n  ".join(dict.fromkeys(found)))
