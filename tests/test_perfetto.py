@@ -9,6 +9,7 @@ import zlib
 import numpy as np
 
 from tests.chrome_helpers import shared
+from tests.perfetto_fast_paths import assert_same_decoding, decode_fast_and_reference
 from tracediag.model import schema as S
 from tracediag.model.assembly import assemble
 from tracediag.parsers import perfetto
@@ -355,36 +356,13 @@ def _mixed_state_trace(path):
 def test_fast_columns_equal_the_protobuf_reading(tmp_path, monkeypatch):
     """The columnar decoding of the common packets gives exactly the protobuf loop's columns
     (the reading of every packet by protobuf, forced here, is the reference)."""
-    import pandas as pd
-
-    from tracediag.parsers import perfetto_decode, perfetto_fast
-
     path = _mixed_state_trace(tmp_path / "t.pftrace")
     wanted = frozenset({"hlo_name", "layer", "id", "raw_flops", "inst_dep_ids", "opcode"})
     wanted |= {"hbm_read_bytes"}
-    seen = []
-    shapes = perfetto_fast.shapes
-
-    def spy(*args):
-        got = shapes(*args)
-        seen.append((len(got.slow), int(got.slow.sum())))
-        return got
-
-    monkeypatch.setattr(perfetto_fast, "shapes", spy)
-    fast = perfetto_decode.decode(path, wanted)
-    total, slow = seen[0]
+    fast, reference, shares = decode_fast_and_reference(monkeypatch, path, wanted)
+    total, slow = shares[0]
     assert slow < total / 4  # most packets took the fast path
-
-    def all_slow(*args):
-        got = shapes(*args)
-        got.slow[:] = True
-        return got
-
-    monkeypatch.setattr(perfetto_fast, "shapes", all_slow)
-    reference = perfetto_decode.decode(path, wanted)
-    for table in ("events", "annotations", "flows", "tracks"):
-        pd.testing.assert_frame_equal(getattr(fast, table), getattr(reference, table))
-    assert fast.counts == reference.counts and fast.packets == reference.packets
+    assert_same_decoding(fast, reference)
     # What the trace says, read off the columns: the reset renames iid 1 and the drop loses
     # the sequence-1 events until it; the interned value is invalid UTF-8 (replaced, counted).
     names = fast.events["name"].tolist()

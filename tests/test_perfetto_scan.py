@@ -7,14 +7,13 @@ from __future__ import annotations
 import random
 
 import numpy as np
-import pandas as pd
 import pytest
 
+from tests.perfetto_fast_paths import assert_same_decoding, decode_fast_and_reference
 from tests.test_perfetto import BEGIN, END, INSTANT, TraceBuilder
 from tracediag.parsers import (
     perfetto_asof,
     perfetto_decode,
-    perfetto_fast,
     perfetto_scan,
     perfetto_stream,
 )
@@ -144,30 +143,11 @@ def test_fast_path_equals_the_protobuf_loop_read_in_small_chunks(tmp_path, monke
     monkeypatch.setattr(perfetto_decode, "_compiled_pays", lambda path: False)  # numpy path
     whole = perfetto_decode.decode(path, wanted)
     monkeypatch.setattr(perfetto_stream, "CHUNK_BYTES", 700)  # records cut at chunk ends
-    shapes = perfetto_fast.shapes
-    slow_share = []
-
-    def spy(*args):
-        got = shapes(*args)
-        slow_share.append((len(got.slow), int(got.slow.sum())))
-        return got
-
-    monkeypatch.setattr(perfetto_fast, "shapes", spy)
-    fast = perfetto_decode.decode(path, wanted)
-    chunks, total, slow = len(slow_share), *np.sum(slow_share, axis=0)
+    fast, reference, shares = decode_fast_and_reference(monkeypatch, path, wanted)
+    chunks, total, slow = len(shares), *np.sum(shares, axis=0)
     assert chunks > 50 and slow < total / 5  # many chunks; most packets took the fast path
-
-    def all_slow(*args):
-        got = shapes(*args)
-        got.slow[:] = True
-        return got
-
-    monkeypatch.setattr(perfetto_fast, "shapes", all_slow)
-    reference = perfetto_decode.decode(path, wanted)
     for got in (fast, whole):
-        for table in ("events", "annotations", "flows", "tracks"):
-            pd.testing.assert_frame_equal(getattr(got, table), getattr(reference, table))
-        assert got.counts == reference.counts and got.packets == reference.packets
+        assert_same_decoding(got, reference)
     names = set(fast.events["name"].dropna())
     assert {"op1", "op3 after 50", "inline 0", "new 7", "mark 0"} <= names
     assert fast.counts["top-level records of unknown field 2: skipped"] == 1
