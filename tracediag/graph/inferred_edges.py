@@ -156,5 +156,13 @@ def _latest_edge_source_end(trace: S.Trace, waiter: np.ndarray, end: np.ndarray)
     ed = trace.edges
     if not len(ed):
         return np.full(len(waiter), -np.inf)
-    latest = pd.Series(end[ed[S.SRC].to_numpy()]).groupby(ed[S.DST].to_numpy()).max()
+    src, dst = ed[S.SRC].to_numpy(), ed[S.DST].to_numpy()
+    if end.dtype.kind in "iu" and dst.dtype.kind in "iu":
+        # One slot per event (edges reach events only): ufunc.at instead of a groupby's hashing.
+        latest = np.full(len(end), np.iinfo(end.dtype).min, dtype=end.dtype)
+        np.maximum.at(latest, dst, end[src])
+        has = np.zeros(len(end), dtype=bool)
+        has[dst] = True
+        return np.where(has[waiter], latest[waiter].astype(np.float64), -np.inf)
+    latest = pd.Series(end[src]).groupby(dst).max()
     return np.nan_to_num(latest.reindex(waiter).to_numpy(dtype=np.float64), nan=-np.inf)

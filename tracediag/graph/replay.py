@@ -98,8 +98,49 @@ class ReplayResult:
         if not len(self._slot):
             return 0
         w = self.window
+        kernel = _span_kernel() if len(w) > _COMPILE_ABOVE_NODES and w.dtype == bool else None
+        if kernel is not None:  # one pass, no window-sized temporaries (each costs page faults)
+            found, last_end, first_start = kernel(
+                self._end_a, self._slot, self._offset, self._dur, w
+            )
+            if found:
+                return int(last_end - first_start)
         end = self._end_a[self._slot[w]] + self._offset[w]  # the same sums as ``end``'s
         return int(end.max() - (end - self._dur[w]).min())
+
+
+def _window_span(end_a, slot, offset, dur, w):
+    """(any node in the window, last end, first start) of the nodes where the mask ``w`` is
+    set, by the sums of ``ReplayResult.end``."""
+    found = False
+    last = first = end_a[0]
+    for n in range(len(w)):
+        if not w[n]:
+            continue
+        e = end_a[slot[n]] + offset[n]
+        s = e - dur[n]
+        if not found:
+            found, last, first = True, e, s
+            continue
+        if e > last:
+            last = e
+        if s < first:
+            first = s
+    return found, last, first
+
+
+#: Above this many window nodes a replay's length is measured compiled (numba is loaded by
+#: then: the anchor loop of a graph this big runs compiled).
+_COMPILE_ABOVE_NODES = 1_000_000
+
+
+@functools.cache
+def _span_kernel():
+    """The compiled :func:`_window_span`, or None (see :func:`_anchor_kernel`)."""
+    from tracediag.io.compiled import compiled
+
+    one = np.zeros(1, dtype=np.int64)
+    return compiled(_window_span, one, one, one, one, np.ones(1, dtype=bool))
 
 
 @dataclass
@@ -216,11 +257,17 @@ def _plan(graph: Graph) -> _Plan:
 def _chain_offsets(plan: _Plan, w: np.ndarray) -> np.ndarray:
     """Per node: the sum of ``w`` from it up its chain to (not including) its anchor."""
     acc = np.where(plan.single, w, 0)
-    jump = plan.parent
     # An anchor adds 0 and jumps to itself, so no mask is needed once a chain reaches it.
+    # Gathers into buffers made once: a fresh node-sized array a round costs its page faults
+    # (~20 rounds, each two arrays, on a graph of millions of nodes).
+    gathered = np.empty_like(acc)
+    jump, spare = plan.parent, np.empty_like(plan.parent)
     for _ in range(plan.rounds):
-        acc = acc + acc[jump]
-        jump = jump[jump]
+        np.take(acc, jump, out=gathered, mode="clip")  # node ids: "clip" never clips
+        acc += gathered
+        np.take(jump, jump, out=spare, mode="clip")
+        # The array just read becomes the next output, unless it is the plan's own.
+        jump, spare = spare, (np.empty_like(spare) if jump is plan.parent else jump)
     return acc
 
 
