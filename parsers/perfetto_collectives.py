@@ -21,6 +21,7 @@ import pandas as pd
 
 from tracediag.model import schema as S
 from tracediag.parsers.neuron_events import cc_collectives
+from tracediag.parsers.perfetto_annotations import AnnotationIndex, index_of
 
 TEXT_FIELDS = ("operation", "algorithm", "dtype", "trigger_engine", "replica_group")
 INT_FIELDS = ("op_id", "stream_id", "input_size", "output_size", "trigger_start_ts")
@@ -40,7 +41,9 @@ def collective_table(ann: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
     events' ``bytes`` to the larger of ``input_size`` and ``output_size`` and their ``src_id``
     to ``op_id`` (unless an ``id`` annotation gave one), as the Parquet reader does."""
     rows = np.flatnonzero(events[S.KIND].to_numpy(dtype=object) == "collective")
-    sub = ann[np.isin(ann["slice"].to_numpy(), rows)]
+    index = index_of(ann)
+    mine = np.zeros(max(len(events), 1), dtype=bool)
+    mine[rows] = True  # the collective slices: only their annotations are read
     table = pd.DataFrame(
         {
             _ROW: rows,
@@ -50,7 +53,7 @@ def collective_table(ann: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
     )
     for name in (*TEXT_FIELDS, *INT_FIELDS, *FLOAT_FIELDS, SIZE, DELAY):
         spellings = [name, *(a for a, to in ALIASES.items() if to == name)]
-        per_row = _first_spelling(sub, spellings, rows)
+        per_row = _first_spelling(index, mine, spellings, rows)
         if name in TEXT_FIELDS:
             table[name] = per_row.to_numpy(dtype=object)
         else:
@@ -78,12 +81,16 @@ def collective_table(ann: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
     return table.drop(columns=[SIZE, DELAY])
 
 
-def _first_spelling(sub: pd.DataFrame, spellings: list[str], rows: np.ndarray) -> pd.Series:
-    """Per row, the value of the first of ``spellings`` the slice has (NaN: none)."""
+def _first_spelling(
+    index: AnnotationIndex, mine: np.ndarray, spellings: list[str], rows: np.ndarray
+) -> pd.Series:
+    """Per row, the value of the first of ``spellings`` the slice has (NaN: none); ``mine``:
+    per slice, whether it is one of ``rows``."""
     out = pd.Series(np.full(len(rows), np.nan, dtype=object), index=rows)
     for name in reversed(spellings):  # earlier spellings win
-        values = sub[sub["name"] == name].drop_duplicates("slice", keep="last")
-        got = pd.Series(values["value"].to_numpy(dtype=object), index=values["slice"])
+        at = index.positions(name)
+        at = index.last_of(at[mine[index.key[at]]])
+        got = pd.Series(index.value[at], index=index.key[at])
         got = got.reindex(rows)
         out = got.where(got.notna(), out)
     return out

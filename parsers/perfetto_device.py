@@ -48,6 +48,7 @@ from tracediag.parsers import neuron_json_dma as json_dma
 from tracediag.parsers.neuron_events import trigger_edges as collective_trigger_edges
 from tracediag.parsers.neuron_executions import execution_edges, pc_executions
 from tracediag.parsers.neuron_parquet_notes import steps_of
+from tracediag.parsers.perfetto_annotations import index_of
 
 #: DMA slice annotations: the queue (legacy ``subgroup``/``dma_queue``, Parquet ``queue_name``)
 #: and what groups packets into transfers or names a ring.
@@ -239,9 +240,10 @@ def _tensor_blocks(dma: pd.DataFrame, variable: np.ndarray, name: np.ndarray) ->
 
 def _annotation(ann: pd.DataFrame, name: str, n: int) -> np.ndarray:
     """The last value of annotation ``name`` per slice (None where absent)."""
-    sub = ann[ann["name"].to_numpy(dtype=object) == name].drop_duplicates("slice", keep="last")
+    index = index_of(ann)
+    rows = index.last(name)
     out = np.full(n, None, dtype=object)
-    out[sub["slice"].to_numpy()] = sub["value"].to_numpy(dtype=object)
+    out[index.key[rows]] = index.value[rows]
     return out
 
 

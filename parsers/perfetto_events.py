@@ -23,6 +23,7 @@ import pandas as pd
 from tracediag.model import schema as S
 from tracediag.parsers.chrome_events import pair_stack
 from tracediag.parsers.neuron_common import IdIndex
+from tracediag.parsers.perfetto_annotations import index_of
 from tracediag.parsers.perfetto_decode import (
     TYPE_COMPLETE,
     TYPE_INSTANT,
@@ -125,10 +126,17 @@ def annotation_table(d: Decoded, owner: np.ndarray) -> pd.DataFrame:
     a = d.annotations
     slice_row = owner[a["ev"].to_numpy()]
     kept = slice_row >= 0
+    names = a["name"]
+    # A string column is taken as it is: through objects it would be converted twice.
+    name = (
+        names.array.take(np.flatnonzero(kept))
+        if isinstance(names.dtype, pd.StringDtype)
+        else names.to_numpy(dtype=object)[kept]
+    )
     return pd.DataFrame(
         {
             "slice": slice_row[kept],
-            "name": a["name"].to_numpy(dtype=object)[kept],
+            "name": name,
             "kind": a["kind"].to_numpy()[kept],
             "value": a["value"].to_numpy(dtype=object)[kept],
         }
@@ -137,8 +145,13 @@ def annotation_table(d: Decoded, owner: np.ndarray) -> pd.DataFrame:
 
 def _values(ann: pd.DataFrame, name: str) -> pd.Series:
     """The last value of annotation ``name`` per slice (indexed by slice row)."""
-    sub = ann[ann["name"] == name].drop_duplicates("slice", keep="last")
-    return pd.Series(sub["value"].to_numpy(dtype=object), index=sub["slice"].to_numpy())
+    return _last_values(ann, name)
+
+
+def _last_values(ann: pd.DataFrame, name: str, kind: int | None = None) -> pd.Series:
+    index = index_of(ann)
+    rows = index.last(name, kind)
+    return pd.Series(index.value[rows], index=index.key[rows])
 
 
 def _numbers(ann: pd.DataFrame, name: str, n: int) -> np.ndarray:
@@ -169,7 +182,7 @@ def fields(ann: pd.DataFrame, n: int) -> dict[str, np.ndarray]:
 def exact_ints(ann: pd.DataFrame, name: str, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Integer annotation ``name`` per slice as exact int64 (64-bit ids and epoch ns do not
     survive float64) and whether it is present."""
-    values = _values(ann[ann["kind"] == VALUE_INT], name).reindex(np.arange(n))
+    values = _last_values(ann, name, VALUE_INT).reindex(np.arange(n))
     present = values.notna().to_numpy()
     out = np.zeros(n, dtype=np.int64)
     out[present] = values[present].to_numpy(dtype=np.int64)
@@ -221,7 +234,7 @@ def dependency_edges(
 ) -> pd.DataFrame:
     """Neuron ``inst_dep_ids`` (a list of ids, as an array or as text) -> edges dep -> slice.
     ``has_id``: the slices with an id (negative ids too); None: those with ``src_id >= 0``."""
-    deps = ann[ann["name"] == "inst_dep_ids"]
+    deps = ann.iloc[index_of(ann).positions("inst_dep_ids")]
     empty = pd.DataFrame({S.SRC: np.zeros(0, np.int64), S.DST: np.zeros(0, np.int64)})
     if not len(deps):
         return empty

@@ -29,6 +29,7 @@ import pandas as pd
 from tracediag.model import schema as S
 from tracediag.parsers.neuron_semaphores import TEXT_COLUMNS
 from tracediag.parsers.neuron_semaphores import semaphore_edges as table_edges
+from tracediag.parsers.perfetto_annotations import index_of
 from tracediag.parsers.perfetto_decode import (
     TYPE_COMPLETE,
     TYPE_INSTANT,
@@ -61,7 +62,7 @@ def semaphore_edges(
     the trace clock; ``ann``: the slices' annotations; ``events``/``rank``: the slices'
     canonical columns and ranks; ``per_event``: each decoded event's track row (``skip``,
     ``rank``)."""
-    if not np.isin(ann["name"].to_numpy(dtype=object), TEXT_COLUMNS).any():
+    if not index_of(ann).has(TEXT_COLUMNS):
         return _EMPTY, {}  # no operand text: no wait can be read
     n = len(events)
     texts = {c: _text(ann, c, n) for c in (*TEXT_COLUMNS, "semaphore_id", "trigger_start_ts")}
@@ -117,12 +118,13 @@ def _queue_semaphores(
 
 def _text(ann: pd.DataFrame, name: str, n: int) -> pd.Categorical:
     """Annotation ``name`` per slice as a Categorical (NaN where absent)."""
-    sub = ann[ann["name"].to_numpy(dtype=object) == name].drop_duplicates("slice", keep="last")
+    index = index_of(ann)
+    rows = index.last(name)
     codes = np.full(n, -1, dtype=np.int64)
-    if not len(sub):
+    if not len(rows):
         return pd.Categorical.from_codes(codes, pd.Index([], dtype="str"))
-    cat = pd.Categorical(pd.Series(sub["value"].to_numpy(dtype=object)).astype("str"))
-    codes[sub["slice"].to_numpy()] = cat.codes
+    cat = pd.Categorical(pd.Series(index.value[rows]).astype("str"))
+    codes[index.key[rows]] = cat.codes
     return pd.Categorical.from_codes(codes, cat.categories)
 
 
@@ -139,9 +141,7 @@ def _updates(d: Decoded, ts: np.ndarray, per_event: pd.DataFrame) -> pd.DataFram
     # ``thread_name``: both spellings occur, protobuf-formats.md).
     named = d.tracks["name"].where(d.tracks["name"] != "", d.tracks["thread"])
     names = pd.Series(named.to_numpy(dtype=object), index=d.tracks["uuid"].to_numpy())
-    a = d.annotations
-    at = np.searchsorted(rows, a["ev"].to_numpy())
-    on = (at < len(rows)) & (rows[np.minimum(at, len(rows) - 1)] == a["ev"].to_numpy())
+    a = index_of(d.annotations, "ev")
     out = pd.DataFrame(
         {
             "timestamp": ts[rows],
@@ -150,8 +150,10 @@ def _updates(d: Decoded, ts: np.ndarray, per_event: pd.DataFrame) -> pd.DataFram
         }
     )
     for field in ("value", "update_source"):
-        hit = on & (a["name"].to_numpy(dtype=object) == field)
-        values = pd.Series(a["value"].to_numpy(dtype=object)[hit], index=at[hit])
+        hit = a.positions(field)  # those on the instants (rows): their positions there
+        at = np.searchsorted(rows, a.key[hit])
+        on = (at < len(rows)) & (rows[np.minimum(at, len(rows) - 1)] == a.key[hit])
+        values = pd.Series(a.value[hit][on], index=at[on])
         out[field] = values[~values.index.duplicated(keep="last")].reindex(np.arange(len(rows)))
     out["value"] = pd.to_numeric(out["value"], errors="coerce")
     # A track whose instants carry no value: the k-th update sets k (sem_inc).
