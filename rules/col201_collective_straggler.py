@@ -57,7 +57,10 @@ class CollectiveStraggler(Rule):
         "its own arrival to the late rank's; a rank's waits are merged over the collectives (the "
         "wait at a second collective that lies within the wait at the first counts once), and the "
         "impact is the median over the other ranks. The saving is the replay with the rank at "
-        "the median pace of its peers.",
+        "the median pace of its peers. Where that saving is larger than the wait (the step runs "
+        "through the late rank's own slower work, not only through the others' wait), the impact "
+        "is the time the pace change takes off today's critical path instead, so no saving "
+        "exceeds its impact.",
         "why it matters": "A synchronous collective cannot finish before its last participant "
         "arrives: every other rank idles for the straggler, so one slow rank sets the pace of the "
         "whole job. The critical path shows it as `collective_skew`.",
@@ -74,6 +77,7 @@ class CollectiveStraggler(Rule):
         import numpy as np
 
         from tracediag.analysis.arrival_skew import waits_beside_own_work, waits_for_last
+        from tracediag.engine.saving_bound import change_effect
         from tracediag.whatif.straggler_pace import DURATION_KINDS
 
         late = ctx.lateness
@@ -94,7 +98,7 @@ class CollectiveStraggler(Rule):
             # Today's cost: the others' waits for this rank, from arrivals, wherever the path
             # runs (it may cross the rank's own delay instead); the path's share is said apart.
             waits = waits_for_last(late, int(rank), opts["min_late_ns"])
-            impact = int(round(float(np.median(waits)))) if len(waits) else 0
+            wait = int(round(float(np.median(waits)))) if len(waits) else 0
             path_wait = int(skew.loc[skew["rank"] == rank, "dur_ns"].sum())
             beside = waits_beside_own_work(
                 late, int(rank), ctx.trace.events, work, opts["min_late_ns"]
@@ -106,6 +110,11 @@ class CollectiveStraggler(Rule):
                 ctx, int(rank), nodes[ok], late_rows["late_ns"].to_numpy(dtype=np.int64)[ok]
             )
             saving = ctx.what_if(change)
+            # The impact is the others' wait; where the replay gains more than that, the step
+            # runs through the late rank's own excess (its slower work and idle gaps on today's
+            # path), and that excess is the cost: it bounds the saving (engine/saving_bound.py).
+            own_on_path = change_effect(ctx, change).removed_on_path_ns
+            impact = max(wait, own_on_path) if saving > wait else wait
             if (
                 ctx.pct(impact) < opts["min_impact_pct"]
                 and ctx.pct(saving) < opts["min_impact_pct"]
@@ -155,10 +164,11 @@ class CollectiveStraggler(Rule):
                     f"Rank {rank} arrives last at {len(last_rows)} of {n_inst} collectives "
                     f"({', '.join(f'{n} {op}' for op, n in ops.items())}), on average {fmt_ns(mean_late)} "
                     f"after the median of the other participants; "
-                    f"{_wait_text(ctx, impact, waits, path_wait, wait_steps)}"
-                    f"{_beside_text(impact, beside)} "
+                    f"{_wait_text(ctx, wait, waits, path_wait, wait_steps)}"
+                    f"{_beside_text(wait, beside)} "
                     f"Arriving with the median rank, the step would be {fmt_ns(saving)} shorter."
-                    f"{_beyond_wait(impact, int(saving), own_ops, own_gaps)}{cause}{rotating}{clocks}"
+                    f"{_beyond_wait(ctx, wait, int(saving), own_ops, own_gaps, own_on_path)}"
+                    f"{cause}{rotating}{clocks}"
                 ),
                 ranks=(int(rank),),
                 # The cause, not the symptom: the engine and layers where it is slower than its
@@ -182,6 +192,8 @@ class CollectiveStraggler(Rule):
                     "max_late_ns": int(last_rows["late_ns"].max()),
                     "total_late_ns": int(late_rows["late_ns"].sum()),
                     "wait_by_rank_ns": {str(r): int(v) for r, v in waits.items()},
+                    "wait_ns": wait,
+                    "own_on_path_ns": int(own_on_path),
                     "path_wait_ns": path_wait,
                     "wait_beside_own_work_ns": {str(r): int(v) for r, v in beside.items()},
                     "wait_steps": wait_steps,
@@ -275,18 +287,25 @@ def _own_cut(ctx, change: WhatIf) -> tuple[int, int]:
 _BEYOND_WAIT_SHARE = 0.05
 
 
-def _beyond_wait(impact: int, saving: int, own_ops: int, own_gaps: int) -> str:
-    """Why a saving exceeds the others' wait for the rank (the impact): the pace change also
-    shortens the late rank's own work and idle time, which the step runs through as well (before
-    the first wait, between the collectives, after the last)."""
-    if not impact or saving - impact <= _BEYOND_WAIT_SHARE * impact:  # the same, within noise
-        return ""
-    return (
-        f" That is {fmt_ns(saving - impact)} more than the wait: the saving includes the late "
-        f"rank's own extra work and idle time (at the median pace its ops take {fmt_ns(own_ops)} "
-        f"less and the idle gaps before them {fmt_ns(own_gaps)} less), on the path beyond the "
-        "others' wait."
-    )
+def _beyond_wait(ctx, wait: int, saving: int, own_ops: int, own_gaps: int, own_on_path: int) -> str:
+    """Why a saving exceeds the others' wait for the rank: the pace change also shortens the
+    late rank's own work and idle time, which the step runs through as well (before the first
+    wait, between the collectives, after the last); that time on today's path is then the
+    impact."""
+    text = ""
+    if saving - wait > _BEYOND_WAIT_SHARE * wait:  # more than the replay's rounding
+        more = f"That is {fmt_ns(saving - wait)} more than the wait: the" if wait else "The"
+        text = (
+            f" {more} saving includes the late rank's own extra work and idle time (at the "
+            f"median pace its ops take {fmt_ns(own_ops)} less and the idle gaps before them "
+            f"{fmt_ns(own_gaps)} less), on the path beyond the others' wait."
+        )
+    if saving > wait and own_on_path > wait:
+        text += (
+            f" The impact is the late rank's excess on today's critical path, "
+            f"{fmt_ns(own_on_path)} ({ctx.share(own_on_path)}), which the pace change takes off it."
+        )
+    return text
 
 
 def _wait_text(ctx, impact: int, waits: pd.Series, path_wait: int, steps: int) -> str:

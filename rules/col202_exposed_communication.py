@@ -49,6 +49,7 @@ class ExposedCommunication(Rule):
 
         from tracediag.analysis.hardware import credible_peak
         from tracediag.analysis.intervals import interval_overlap
+        from tracediag.engine.saving_bound import impact_covering_saving
 
         seg = ctx.path.segments
         tr = seg[(seg["category"] == "collective_transfer") & (seg["event"] >= 0)]
@@ -85,6 +86,9 @@ class ExposedCommunication(Rule):
                 continue
             change = _overlap_change(ctx, grp)
             saving = ctx.what_if(change)
+            # What the change also takes off the path beyond the exposed transfer (its gaps).
+            exposed = impact
+            impact = impact_covering_saving(ctx, change, exposed, int(saving))
             body = ctx.trace.collectives[
                 ctx.trace.collectives[S.COLL_KEY].isin(grp["coll_key"])
                 & (ctx.trace.collectives[S.RANK] == rank)
@@ -132,7 +136,7 @@ class ExposedCommunication(Rule):
                 severity=severity,
                 message=(
                     f"On rank {rank}, {kind} {'runs' if n_inst == 1 else 'run'} on the critical path "
-                    f"with no compute beside {'it' if n_inst == 1 else 'them'} for {fmt_ns(impact)} ({ctx.share(impact)}){bw_txt}. "
+                    f"with no compute beside {'it' if n_inst == 1 else 'them'} for {fmt_ns(exposed)} ({ctx.share(exposed)}){bw_txt}. "
                     f"Fully overlapped with compute the step would be {fmt_ns(saving)} shorter.{partial}"
                 ),
                 ranks=(int(rank),),

@@ -74,6 +74,7 @@ class ExposedTensorParallel(Rule):
         from tracediag.analysis.hardware import credible_peak
         from tracediag.analysis.intervals import interval_overlap
         from tracediag.analysis.tensor_parallel import tp_collective_rows
+        from tracediag.engine.saving_bound import impact_covering_saving
         from tracediag.graph.replay import WhatIf
 
         tp = tp_collective_rows(ctx)
@@ -112,6 +113,9 @@ class ExposedTensorParallel(Rule):
         whole = nodes[ok][new == 0]
         change = WhatIf.durations(nodes[ok], new) + WhatIf.gaps(whole, np.zeros(len(whole)))
         saving = ctx.what_if(change)
+        # The handshakes the change also removes are on the path beyond the exposed transfer.
+        exposed = impact
+        impact = impact_covering_saving(ctx, change, exposed, int(saving))
         body = tp[tp[S.COLL_KEY].isin(seg["coll_key"])]
         t_ns = float((body[S.END] - body[S.START]).sum())
         algbw = float(body[S.BYTES].sum()) / t_ns * 1e9 if t_ns > 0 else float("nan")
@@ -129,7 +133,7 @@ class ExposedTensorParallel(Rule):
                 f"{plural(n_inst, f'tensor-parallel {op} transfer')} over "
                 f"{plural(len(layers), 'layer')} {'runs' if n_inst == 1 else 'run'} on the critical path "
                 f"with no compute beside {'it' if n_inst == 1 else 'them'} for "
-                f"{fmt_ns(impact)} ({ctx.share(impact)})"
+                f"{fmt_ns(exposed)} ({ctx.share(exposed)})"
                 f"{bus_bandwidth_text(busbw, link)}. Hidden behind compute the step would be "
                 f"{fmt_ns(saving)} shorter."
             ),

@@ -41,6 +41,7 @@ class StageImbalance(Rule):
         import numpy as np
 
         from tracediag.analysis.pipeline_stats import stage_table
+        from tracediag.engine.saving_bound import impact_covering_saving
         from tracediag.graph.replay import WhatIf
 
         if ctx.layout.pp < 2:
@@ -71,7 +72,10 @@ class StageImbalance(Rule):
         # for (which is its compute too, seen from the collective).
         mine = seg["category"].isin(["compute", "collective_skew"])
         on_path = seg[mine & seg["rank"].isin(ranks)]
-        impact = int(on_path["dur_ns"].sum() * (1.0 - scale))
+        # The stage's compute the scaling shortens on the path, before the window's start too.
+        impact = impact_covering_saving(
+            ctx, change, int(on_path["dur_ns"].sum() * (1.0 - scale)), int(saving)
+        )
         others = stages.drop(index=slow)
         layer = ev.loc[compute, S.LAYER] if S.LAYER in ev else None
         layers = (

@@ -5,26 +5,18 @@ checked by :func:`violations`; a test whose diagnosis breaks one fails with the 
 
 1. Saving within the path. No finding's saving exceeds the critical path it is measured on
    (``saving_ns <= path.length_ns``): a replay cannot shorten the step by more than the step.
-2. Saving within impact, for the rules whose change only shortens the events they cite, with
-   ``impact_ns`` the time those events occupy on the critical path (:data:`SAVING_WITHIN_IMPACT`).
-   Why that bounds the saving: with P the old critical path, the new longest path is at least
-   as long as P with the new durations, so the step shrinks by at most the time removed from
-   P's nodes, which is at most their time on P, the impact. Read from each rule:
-
-   - NUM701: durations of the cited FP32 matmuls times the 16-bit rate ratio; impact = their
-     on-path time.
-   - NUM702: durations of the cited transposing instructions less their transpose share; impact =
-     their on-path time times that share.
-   - CMP302: durations of the bottleneck engine's events on the bound ranks scaled down; impact =
-     the path's time on that engine over all ranks (a superset of what changes).
-   - Rules with no what-if (``saving_ns == 0``: CMP301, PIP601, TRC50x) satisfy it trivially.
-
-   Not in the set, since their change does more than shorten the cited path segments: COL201
-   (a rank's pace restored to its peers' and its gaps closed), COL202/COL203 (every participant's
-   transfer shortened, and gaps), DMA101/DMA102/DMA103 (queueing and packet merging restore whole
-   queues), HST401 (host gaps), NUM703 (spill traffic removed), PIP602 (stages rebalanced).
-
-   For every rule, 5 bounds the saving by what its change removes, impact or not.
+2. Saving within impact, for every finding (``saving_ns <= impact_ns``): what fixing a cause
+   gains is never more than what the report says the cause costs. For the rules whose change
+   only shortens the events they cite (NUM701, NUM702, CMP302) the impact is the time those
+   events occupy on the critical path, and with P the old critical path the new longest path is
+   at least as long as P with the new durations, so the step shrinks by at most the time removed
+   from P's nodes. The rules whose change does more than their own measure of the cause counts
+   (COL201: the others' wait, while the pace change also shortens the late rank's own work on
+   the path; COL202/COL203: the exposed transfer, while the change also closes its handshake;
+   PIP602: the stage's compute in path segments, while the scaling reaches its compute before
+   the window too) report as impact what their change takes off the path whenever the saving
+   exceeds their own measure (:func:`tracediag.engine.saving_bound.impact_covering_saving`),
+   which by 5 bounds the saving. Rules with no what-if (``saving_ns == 0``) satisfy it trivially.
 3. No bandwidth above the peak it is compared with: in a finding's evidence, ``busbw`` <=
    ``link_bw`` and ``achieved_bw``/``typical_bw`` <= ``peak_bw`` (where both are finite).
 4. No engine the device lacks: a finding's ``engine`` is an engine of one of its ranks' tracks,
@@ -38,9 +30,9 @@ checked by :func:`violations`; a test whose diagnosis breaks one fails with the 
    any time it adds anywhere. The old path with the new durations still runs from its root to
    the window's last node, and the window's first start moves later only by time added, so the
    step cannot shrink by more (proof in ``saving_bound``'s docstring). This is "no saving
-   exceeds its impact plus what its own change removes" without the slack of the impact: a
-   COL201 saving may exceed its impact (gloo alltoall: 293.6 ms against 244.7 ms; its change
-   also restores the rank's pace), never the 326.7 ms its change takes off the path.
+   exceeds its impact plus what its own change removes" without the slack of the impact (gloo
+   alltoall's COL201: the others' wait 244.7 ms, the saving 293.6 ms, never more than the
+   326.7 ms its change takes off the path, now its impact).
 6. A finding's change only takes time out: it lengthens no node and widens no gap
    (``ChangeEffect.added_ns == 0``; a fix restores work and waits to what they should take),
    and it starts no node before the predecessor that binds it ends, further than observed: no
@@ -60,8 +52,6 @@ from tracediag.engine.saving_bound import change_effect, finding_effect
 from tracediag.graph.replay import joint
 from tracediag.model import schema as S
 
-#: Rules whose what-if only shortens the events they cite (see the module docstring, 2).
-SAVING_WITHIN_IMPACT = frozenset({"NUM701", "NUM702", "CMP302"})
 #: Bandwidths in a finding's evidence and the peak each is compared with.
 BANDWIDTH_PEAKS = (("busbw", "link_bw"), ("achieved_bw", "peak_bw"), ("typical_bw", "peak_bw"))
 #: Engines a rank has when it has events of a kind (the function, not a track's engine name).
@@ -103,7 +93,7 @@ def violations(diagnosis) -> list[str]:
         where = f"{f.code} ranks {list(f.ranks)} engine {f.engine!r}"
         if f.saving_ns > path_ns + SLACK_NS:
             out.append(f"{where}: saving {f.saving_ns} ns > critical path {path_ns} ns")
-        if f.code in SAVING_WITHIN_IMPACT and f.saving_ns > f.impact_ns + SLACK_NS:
+        if f.saving_ns > f.impact_ns + SLACK_NS:
             out.append(f"{where}: saving {f.saving_ns} ns > impact {f.impact_ns} ns")
         effect = finding_effect(diagnosis.analysis, f)
         if effect is not None:

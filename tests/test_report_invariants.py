@@ -94,6 +94,14 @@ def test_a_saving_above_what_its_change_removes_is_flagged(chain):
     assert line.startswith("CMP990 ranks [0]")
 
 
+def test_a_saving_above_its_impact_is_flagged_for_every_rule(chain):
+    d, node = chain
+    change = WhatIf.durations([node["B"]], [500])
+    # Within what the change removes (1500 ns), above the cost the finding states (1000 ns).
+    [line] = violations(_claim(d, change, 1500, impact_ns=1000))
+    assert line == "CMP990 ranks [0] engine 'tensor': saving 1500 ns > impact 1000 ns"
+
+
 def test_a_change_off_the_path_bounds_nothing_it_removes_elsewhere(chain):
     d, node = chain
     # X's 500 ns removed anywhere would allow 400; none of it is on the path.
@@ -134,7 +142,7 @@ def test_time_added_where_it_delays_the_window_start_counts_in_the_bound():
     saving = an.what_if(change)
     assert saving == 200
     # Within the bound, so only property 6 objects: a finding's fix lengthens nothing.
-    lines = violations(_claim(d, change, saving, impact_ns=0, engine="gpu"))
+    lines = violations(_claim(d, change, saving, impact_ns=saving, engine="gpu"))
     assert [v.split(":")[0] for v in lines] == ["CMP990 ranks [0] engine 'gpu'", "joint saving"]
     assert all("its change adds 500 ns to durations and gaps" in v for v in lines)
     over = violations(_claim(d, change, 502, impact_ns=0, engine="gpu"))

@@ -143,8 +143,10 @@ def test_col201_reports_a_straggler_whose_wait_is_off_todays_path():
     (f,) = d.findings
     assert f.ranks == (1,) and f.evidence["mean_late_ns"] == 100
     # Ranks 0 and 2 wait 100 ns for it, off today's path; at the median pace rank 1's vector
-    # work ends at 500 ns.
-    assert (f.impact_ns, f.evidence["path_wait_ns"], f.saving_ns) == (100, 0, 500)
+    # work ends at 500 ns: its 500 ns excess on the path is the impact, as large as the saving.
+    ev = f.evidence
+    assert (ev["wait_ns"], ev["path_wait_ns"], f.impact_ns, f.saving_ns) == (100, 0, 500, 500)
+    assert "The impact is the late rank's excess on today's critical path, 500 ns" in f.message
     assert "does not run through" in f.message
 
 

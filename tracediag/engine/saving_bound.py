@@ -111,3 +111,16 @@ def _last_values(nodes: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.
     rev = nodes[::-1]
     _, first_in_rev = np.unique(rev, return_index=True)
     return rev[first_in_rev], values[::-1][first_in_rev]
+
+
+def impact_covering_saving(
+    analysis: Analysis, change: WhatIf, impact_ns: int, saving_ns: int
+) -> int:
+    """A finding's impact, made to cover its saving: ``impact_ns`` when the saving is within it,
+    else the larger of it and what ``change`` takes off the path's binding chain (its cause's
+    time on the path as the change defines the cause, which bounds the saving whenever the
+    change adds nothing). A rule whose own measure of its cause on the path (exposed transfer,
+    a stage's compute) misses part of what its change shortens there uses this."""
+    if saving_ns <= impact_ns:
+        return impact_ns
+    return max(impact_ns, change_effect(analysis, change).removed_on_path_ns)

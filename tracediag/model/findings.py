@@ -52,7 +52,9 @@ class Finding:
     ``impact_ns`` is the time this cause occupies on the critical path (COL201: the other
     ranks' wait for the late rank, from arrivals, wherever the path runs); ``saving_ns`` what the
     step would gain if it were fixed, from replaying the graph with the cause restored to what
-    its peers achieve. Times are aligned ns. ``evidence`` holds numbers and event ids.
+    its peers achieve, never more than ``impact_ns`` (where a rule's own measure of the cause is
+    below the saving, the impact is what its change takes off the path). Times are aligned ns.
+    ``evidence`` holds numbers and event ids.
     """
 
     code: str
