@@ -81,11 +81,15 @@ def test_the_straggler_s_extra_matmuls_are_work_not_gaps(gloo):
 def test_col201_says_why_its_saving_exceeds_the_wait(gloo):
     d, truth = gloo["alltoall"]
     f = _col201(d, truth["delayed_rank"])
-    assert f.saving_ns > f.impact_ns
+    wait = f.evidence["wait_ns"]
+    assert f.saving_ns > wait
     m = re.search(r"That is ([\d.]+) ms more than the wait", f.message)
     assert m, f.message
-    assert float(m.group(1)) * 1e6 == pytest.approx(f.saving_ns - f.impact_ns, rel=1e-3)
+    assert float(m.group(1)) * 1e6 == pytest.approx(f.saving_ns - wait, rel=1e-3)
     assert "own extra work" in f.message
+    # The impact is then the late rank's excess on the path, which bounds the saving.
+    assert f.impact_ns == f.evidence["own_on_path_ns"] >= f.saving_ns
+    assert "The impact is the late rank's excess on today's critical path" in f.message
     # The rank slept 60 ms per step before the broadcast: the idle gaps the pace removes hold
     # at least that sleep (truth: the script's measured delay).
     sleep_ns = truth["delay_measured_mean_ms"] * 1e6 * len(truth["profiled_steps"])
