@@ -72,3 +72,18 @@ def index_of(table: pd.DataFrame, key: str = "slice") -> AnnotationIndex:
     index = AnnotationIndex(table, key)
     _INDEXES[cache] = (weakref.ref(table, lambda _ref, c=cache: _INDEXES.pop(c, None)), index)
     return index
+
+
+def last_values(table: pd.DataFrame, name: str, n: int) -> np.ndarray:
+    """Per slice (``n`` of them), the last value of annotation ``name``; None where absent."""
+    index = index_of(table)
+    rows = index.last(name)
+    out = np.full(n, None, dtype=object)
+    out[index.key[rows]] = index.value[rows]
+    return out
+
+
+def last_numbers(table: pd.DataFrame, name: str, n: int) -> np.ndarray:
+    """:func:`last_values` as float64 (NaN where absent or not a number)."""
+    values = pd.Series(last_values(table, name, n), dtype=object)
+    return pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)

@@ -48,7 +48,7 @@ from tracediag.parsers import neuron_json_dma as json_dma
 from tracediag.parsers.neuron_events import trigger_edges as collective_trigger_edges
 from tracediag.parsers.neuron_executions import execution_edges, pc_executions
 from tracediag.parsers.neuron_parquet_notes import steps_of
-from tracediag.parsers.perfetto_annotations import index_of
+from tracediag.parsers.perfetto_annotations import last_numbers, last_values
 
 #: DMA slice annotations: the queue (legacy ``subgroup``/``dma_queue``, Parquet ``queue_name``)
 #: and what groups packets into transfers or names a ring.
@@ -79,9 +79,10 @@ def inferred_edges(
     from_compute = kind[src] == "compute" if len(src) else np.zeros(0, dtype=bool)
     fed = np.zeros(len(events), dtype=bool)
     fed[dst[from_compute]] = True  # slices an instruction already leads to
-    text = {f: _annotation(ann, f, len(events)) for f in (*QUEUE_FIELDS, *DMA_FIELDS, "operands")}
-    numbers = {f: _numbers(ann, f, len(events)) for f in ("hbm_read_bytes", "hbm_write_bytes")}
-    numbers["pc"] = _numbers(ann, "pc", len(events))
+    text = annotations(ann, (*QUEUE_FIELDS, *DMA_FIELDS, "operands"), len(events))
+    numbers = {
+        f: last_numbers(ann, f, len(events)) for f in ("hbm_read_bytes", "hbm_write_bytes", "pc")
+    }
     step = np.full(len(events), np.nan)
     frames, info = [], {}
     for r in np.unique(rank):  # a loop over ranks
@@ -196,7 +197,7 @@ def queue_names(events: pd.DataFrame, text: dict[str, np.ndarray], rows: np.ndar
 
 def annotations(ann: pd.DataFrame, names: tuple[str, ...], n: int) -> dict[str, np.ndarray]:
     """Per name, its last value per slice (None where absent)."""
-    return {f: _annotation(ann, f, n) for f in names}
+    return {f: last_values(ann, f, n) for f in names}
 
 
 def _transfers(events, text, rows) -> pd.DataFrame:
@@ -236,18 +237,3 @@ def _tensor_blocks(dma: pd.DataFrame, variable: np.ndarray, name: np.ndarray) ->
     block = pd.array(key, dtype="Int64")
     block[~named.to_numpy()] = pd.NA
     return dma.assign(block_id=block)
-
-
-def _annotation(ann: pd.DataFrame, name: str, n: int) -> np.ndarray:
-    """The last value of annotation ``name`` per slice (None where absent)."""
-    index = index_of(ann)
-    rows = index.last(name)
-    out = np.full(n, None, dtype=object)
-    out[index.key[rows]] = index.value[rows]
-    return out
-
-
-def _numbers(ann: pd.DataFrame, name: str, n: int) -> np.ndarray:
-    return pd.to_numeric(pd.Series(_annotation(ann, name, n)), errors="coerce").to_numpy(
-        dtype=np.float64
-    )

@@ -23,7 +23,7 @@ import pandas as pd
 from tracediag.model import schema as S
 from tracediag.parsers.chrome_events import pair_stack
 from tracediag.parsers.neuron_common import IdIndex
-from tracediag.parsers.perfetto_annotations import index_of
+from tracediag.parsers.perfetto_annotations import index_of, last_numbers
 from tracediag.parsers.perfetto_decode import (
     TYPE_COMPLETE,
     TYPE_INSTANT,
@@ -154,20 +154,15 @@ def _last_values(ann: pd.DataFrame, name: str, kind: int | None = None) -> pd.Se
     return pd.Series(index.value[rows], index=index.key[rows])
 
 
-def _numbers(ann: pd.DataFrame, name: str, n: int) -> np.ndarray:
-    values = _values(ann, name).reindex(np.arange(n))
-    return pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
-
-
 def fields(ann: pd.DataFrame, n: int) -> dict[str, np.ndarray]:
     """Event columns from the annotations of ``n`` slices (NaN / None where absent)."""
     out: dict[str, np.ndarray] = {}
     for name, column in _TEXT_FIELDS.items():
         out[column] = _values(ann, name).reindex(np.arange(n)).to_numpy(dtype=object)
     for name, column in _NUMBER_FIELDS.items():
-        values = _numbers(ann, name, n)
+        values = last_numbers(ann, name, n)
         out[column] = np.fmax(out[column], values) if column in out else values
-    parts = [_numbers(ann, p, n) for p in _BYTE_PARTS]
+    parts = [last_numbers(ann, p, n) for p in _BYTE_PARTS]
     both_missing = np.isnan(parts[0]) & np.isnan(parts[1])
     hbm = np.where(both_missing, np.nan, np.nan_to_num(parts[0]) + np.nan_to_num(parts[1]))
     out[S.BYTES] = np.fmax(out[S.BYTES], hbm)
