@@ -32,7 +32,8 @@ from tracediag.parsers.neuron_events import event_frame, times
 
 
 def dma_events(df: pd.DataFrame, device: str) -> pd.DataFrame:
-    """``DmaPacket`` (or ``DmaPacketAggregated``) rows -> DMA events, one serial track per ring.
+    """``DmaPacket`` (or ``DmaPacketAggregated``) rows -> DMA events, one serial track per ring,
+    each with the transfer it serves (``packet_aggregation_id``, :data:`S.TRANSFER`).
 
     A queue served by several rings (``engine_idx``) at once gets one track per ring (see
     :mod:`tracediag.model.dma_rings`), so that no track chains overlapping packets; with several
@@ -48,9 +49,11 @@ def dma_events(df: pd.DataFrame, device: str) -> pd.DataFrame:
     if "unknown" in variable.categories:  # no DGE notification: no tensor name
         variable = variable.remove_categories(["unknown"])
     ids, valid = ints(column(df, "id"), n)
+    transfer, tvalid = ints(column(df, "packet_aggregation_id"), n)
     return event_frame(
         df, "dma", fill_missing(variable, queue), label, constant("dma", n), "dma_queue", device,
-        **{S.BYTES: floats(column(df, "transfer_bytes"), n), S.SRC_ID: np.where(valid, ids, -1)},
+        **{S.BYTES: floats(column(df, "transfer_bytes"), n), S.SRC_ID: np.where(valid, ids, -1),
+           S.TRANSFER: np.where(tvalid, transfer, -1)},
     )  # fmt: skip
 
 

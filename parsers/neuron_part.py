@@ -147,8 +147,10 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
             cats = [labels(p, len(f)) for p, f in zip(pieces, frames, strict=True)]
             out[col] = union_categoricals(cats)
         else:
+            # An integer id column is -1 where a frame lacks it (NaN would make it float).
+            fill = -1 if S.EVENT_OPTIONAL.get(col) == "int64" else np.nan
             filled = [
-                p if p is not None else pd.Series(np.nan, index=f.index)
+                p if p is not None else pd.Series(fill, index=f.index)
                 for p, f in zip(pieces, frames, strict=True)
             ]
             out[col] = pd.concat(filled, ignore_index=True)

@@ -30,7 +30,8 @@ DMA packets: each slice is one transfer, unless ``block_id`` annotations group t
 block id) slices of one queue and one tensor (the ``variable`` annotation, else a slice name other
 than ``unknown``) that overlap or follow one another without a gap: the packets of one block,
 served by several DMA engines at once (neuron-real-output.md, "DMA"), as the legacy JSON reader
-groups a block's packets.
+groups a block's packets. Each DMA event keeps its transfer (the ``transfer`` column), so that
+transfer sizes and efficiency are counted per transfer as from the other Neuron formats.
 
 A DMA slice's queue is its ``subgroup``/``dma_queue``/``queue_name`` annotation, else its
 track's queue (``qSyncIO0 - Row 1``). The counts go to each rank's ``meta.info`` as the JSON
@@ -84,6 +85,7 @@ def inferred_edges(
         f: last_numbers(ann, f, len(events)) for f in ("hbm_read_bytes", "hbm_write_bytes", "pc")
     }
     step = np.full(len(events), np.nan)
+    transfer = np.full(len(events), -1, dtype=np.int64)
     frames, info = [], {}
     for r in np.unique(rank):  # a loop over ranks
         instr = np.flatnonzero((kind == "compute") & (rank == r))
@@ -93,6 +95,9 @@ def inferred_edges(
         itable = _instructions(events, fields, numbers, text, instr)
         dma_all = np.flatnonzero((kind == "dma") & (rank == r))
         dtable = _transfers(events, text, dma_all)
+        if len(dma_all):  # every packet's transfer, fed or not (its counts are not this rank's)
+            blocks = json_dma.add_transfers(dtable, S.RankMeta(rank=int(r)))
+            transfer[dma_all] = blocks["packet_aggregation_id"].fillna(-1).to_numpy(np.int64)
         dma = dma_all[~fed[dma_all]]
         if len(dma):
             table = json_dma.add_transfers(dtable[~fed[dma_all]].reset_index(drop=True), meta)
@@ -120,6 +125,8 @@ def inferred_edges(
         info[int(r)] = meta.info
     if np.isfinite(step).any():
         events[S.STEP] = step
+    if (transfer >= 0).any():
+        events[S.TRANSFER] = transfer
     if not frames:
         return _EMPTY.assign(**{S.EDGE_KIND: "dependency"}), info
     return pd.concat(frames, ignore_index=True), info

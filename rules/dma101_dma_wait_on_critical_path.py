@@ -49,7 +49,13 @@ class DmaWaitOnCriticalPath(Rule):
         # threshold, no group of runs reaches it (and no DMA table is needed).
         import numpy as np
 
-        from tracediag.analysis.dma import MEMSET, QUEUE, direction_peak, typical_bandwidth
+        from tracediag.analysis.dma import (
+            MEMSET,
+            QUEUE,
+            direction_peak,
+            transfer_count,
+            typical_bandwidth,
+        )
         from tracediag.analysis.hardware import credible_peak
         from tracediag.analysis.path_runs import runs
         from tracediag.whatif import dma_restore as dma_whatif
@@ -188,7 +194,8 @@ class DmaWaitOnCriticalPath(Rule):
                     "dma_transfer_ns": impact - wait_ns,
                     "bytes": float(rows["bytes"].sum()) if known.any() else None,
                     "direction": direction,
-                    "transfers": len(rows),
+                    "transfers": transfer_count(rows),
+                    "packets": len(rows),
                     "tensor": tensor,
                     "achieved_bw": achieved,
                     "typical_bw": typ,

@@ -22,8 +22,9 @@ class SmallDmaTransfers(Rule):
     }
     doc = {
         "what it finds": "Groups of DMA transfers (per rank, queue and the layer they feed) whose "
-        "size is below `max_bytes`, with their share of the critical path and what moving the same "
-        "bytes in transfers of the queue's usual size would save.",
+        "size (a transfer's packets together) is below `max_bytes`, with their share of the "
+        "critical path and what moving the same bytes in transfers of the queue's usual size "
+        "would save.",
         "why it matters": "Every DMA descriptor pays a fixed cost; below a few tens of KiB that "
         "cost dominates and a queue reaches a fraction of its bandwidth. Fragmented transfers on "
         "the critical path stretch the step.",
@@ -35,7 +36,13 @@ class SmallDmaTransfers(Rule):
     }
 
     def check(self, ctx, opts):
-        from tracediag.analysis.dma import MEMSET, QUEUE, typical_bandwidth
+        from tracediag.analysis.dma import (
+            MEMSET,
+            QUEUE,
+            per_transfer,
+            transfer_count,
+            typical_bandwidth,
+        )
         from tracediag.whatif import dma_restore as dma_whatif
 
         ev = ctx.trace.events
@@ -47,14 +54,20 @@ class SmallDmaTransfers(Rule):
         if not (is_dma & (ev[S.BYTES].to_numpy() < opts["max_bytes"])).any():
             return
         dma = ctx.dma
-        # Sizes the trace does not record (NaN in the DMA table) are not small; a memset moves
-        # nothing, whatever its size.
-        small = dma[((dma["bytes"] < opts["max_bytes"]) & (dma["direction"] != MEMSET)).to_numpy()]
+        # A transfer is small, not a packet: the packets of a large transfer served by several
+        # rings are each small, and the 32 KiB target is per transfer.
+        transfers, packet_of = per_transfer(dma)
+        transfer_bytes = transfers["bytes"].to_numpy()[packet_of]
+        # Sizes the trace does not record (NaN) are not small; a memset moves nothing, whatever
+        # its size.
+        small = dma[(transfer_bytes < opts["max_bytes"]) & (dma["direction"] != MEMSET).to_numpy()]
         if not len(small):
             return
         # Per queue and direction: a GPU stream's host copies and device copies run at PCIe
-        # and HBM speeds.
-        typical = typical_bandwidth(dma, opts["max_bytes"], by_direction=True)
+        # and HBM speeds. The typical pace is that of the packets of large transfers.
+        typical = typical_bandwidth(
+            dma.assign(bytes=transfer_bytes), opts["max_bytes"], by_direction=True
+        )
         seg = ctx.path.segments
         path_ns = (
             seg[seg["category"].isin(["dma_wait", "dma_transfer"])].groupby("event")["dur_ns"].sum()
@@ -67,7 +80,8 @@ class SmallDmaTransfers(Rule):
             ["queue", "direction", "layer"], dropna=False
         ):
             n_ranks = grp["rank"].nunique()
-            if len(grp) < opts["min_count"] * n_ranks:
+            n_transfers = transfer_count(grp)
+            if n_transfers < opts["min_count"] * n_ranks:
                 continue
             moving = int(path_ns.reindex(grp["event"]).fillna(0).sum())
             typ = float(typical.get((queue, direction), float("nan")))
@@ -96,7 +110,7 @@ class SmallDmaTransfers(Rule):
                 severity=sev,
                 message=(
                     f"{_ranks_txt(grp)} {fmt_bytes(nbytes / n_ranks)} per rank {where}{layer_txt} in "
-                    f"{len(grp) // n_ranks} transfers averaging {fmt_bytes(nbytes / len(grp))} (below "
+                    f"{n_transfers // n_ranks} transfers averaging {fmt_bytes(nbytes / n_transfers)} (below "
                     f"{fmt_bytes(opts['max_bytes'])}) at {fmt_bw(achieved)}"
                     + (f" against their typical {fmt_bw(typ)}" if typ == typ else "")
                     + f"; they hold the critical path {fmt_ns(impact)} ({ctx.share(impact)})"
@@ -119,9 +133,10 @@ class SmallDmaTransfers(Rule):
                 change=change,
                 suggestion="Coalesce these transfers: contiguous layouts and tiles of at least 32 KiB per DMA.",
                 evidence={
-                    "transfers": len(grp),
+                    "transfers": n_transfers,
+                    "packets": len(grp),
                     "bytes": nbytes,
-                    "average_bytes": nbytes / len(grp),
+                    "average_bytes": nbytes / n_transfers,
                     "achieved_bw": achieved,
                     "typical_bw": typ if typ == typ else None,
                     "direction": direction,

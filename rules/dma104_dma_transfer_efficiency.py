@@ -21,7 +21,9 @@ class DmaTransferEfficiency(Rule):
         "error_saving_pct": 10.0,
     }
     doc = {
-        "what it finds": "DMA transfers of at least `min_bytes` whose bandwidth is below "
+        "what it finds": "DMA transfers (a transfer's packets together: its bytes over the span "
+        "from its first packet's start to its last one's end) of at least `min_bytes` whose "
+        "bandwidth is below "
         "`max_ratio` of what transfers of the same size class (a power of two of bytes, per "
         "direction) achieve in the trace (their `reference_quantile`), grouped by the source "
         "line of the instruction that triggers them; the what-if moves each at its class's "
@@ -47,7 +49,7 @@ class DmaTransferEfficiency(Rule):
         import numpy as np
         import pandas as pd
 
-        from tracediag.analysis.dma import MEMSET
+        from tracediag.analysis.dma import MEMSET, per_transfer
         from tracediag.analysis.group_codes import group_codes
         from tracediag.analysis.source_lines import (
             event_sources,
@@ -58,10 +60,13 @@ class DmaTransferEfficiency(Rule):
         from tracediag.graph.replay import WhatIf
 
         dma = ctx.dma
-        keep = (dma["bytes"] >= opts["min_bytes"]).to_numpy() & (
-            dma["direction"] != MEMSET
+        # Per transfer, not per packet: the size class and the 32 KiB floor are a transfer's, and
+        # a transfer served by several rings moves its packets in parallel (its span is its time).
+        transfers, packet_of = per_transfer(dma)
+        keep = (transfers["bytes"] >= opts["min_bytes"]).to_numpy() & (
+            transfers["direction"] != MEMSET
         ).to_numpy()
-        d = dma[keep]
+        d = transfers[keep]
         if len(d) < opts["min_count"]:
             return
         size_class = np.floor(np.log2(d["bytes"].to_numpy())).astype(np.int64)
@@ -77,14 +82,24 @@ class DmaTransferEfficiency(Rule):
         # Per source line (the dma_copy call): without lines, a slow transfer among fast ones
         # of its queue is DMA101's (restored to the queue's typical bandwidth).
         s = s[(s["line"] != "").to_numpy()]
+        event = dma["event"].to_numpy()
         for line, grp in s.groupby("line", sort=True):
             if len(grp) < opts["min_count"]:
                 continue
-            ids = grp["event"].to_numpy()
+            # The transfers' packets, each shortened by its transfer's factor: at the reference
+            # bandwidth the span is bytes / reference.
+            want = np.ceil(grp["bytes"].to_numpy() / grp["ref"].to_numpy() * 1e9)
+            factor = pd.Series(want / np.maximum(grp["dur"].to_numpy(), 1), index=grp.index)
+            rows = np.flatnonzero(np.isin(packet_of, grp.index.to_numpy()))
+            ids = event[rows]
             nodes = ctx.nodes_of(ids)
             ok = nodes >= 0
-            want = np.ceil(grp["bytes"].to_numpy() / grp["ref"].to_numpy() * 1e9).astype(np.int64)
-            new = np.minimum(ctx.graph.dur[nodes[ok]], want[ok])
+            dur = ctx.graph.dur[nodes[ok]]
+            scaled = np.ceil(dur * factor.reindex(packet_of[rows[ok]]).to_numpy())
+            single = pd.Series(want, index=grp.index).reindex(packet_of[rows[ok]]).to_numpy()
+            alone = transfers["packets"].to_numpy()[packet_of[rows[ok]]] == 1
+            # A transfer of one packet takes bytes / reference exactly (no rounding of a ratio).
+            new = np.minimum(dur, np.where(alone, single, scaled).astype(np.int64))
             change = WhatIf.durations(nodes[ok], new)
             saving = ctx.what_if(change)
             impact = int(on_path_ns(ctx, ids, "dma_transfer").sum())
@@ -118,6 +133,7 @@ class DmaTransferEfficiency(Rule):
                 "dimension, no strided or transposing DMA.",
                 evidence={
                     "transfers": int(len(grp)),
+                    "packets": int(len(rows)),
                     "bytes": nbytes,
                     "achieved_bw": achieved,
                     "typical_bw": typical,

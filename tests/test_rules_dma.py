@@ -13,9 +13,14 @@ NORMAL = int(MIB / BW * 1e9)  # 41943 ns
 
 
 def _layers(
-    spec: RankSpec, slow_layer: int | None = None, fragmented_layer: int | None = None
+    spec: RankSpec,
+    slow_layer: int | None = None,
+    fragmented_layer: int | None = None,
+    packets_per_transfer: int = 1,
 ) -> None:
-    """Four layers: trigger on sync -> weight DMA on q0 -> matmul on tensor (no prefetch)."""
+    """Four layers: trigger on sync -> weight DMA on q0 -> matmul on tensor (no prefetch). The
+    fragmented layer's 64 packets serve transfers of ``packets_per_transfer`` packets each
+    (their ``transfer`` id, as Neuron's ``packet_aggregation_id``)."""
     t = 0
     prev_mm = None
     for k in range(4):
@@ -29,8 +34,9 @@ def _layers(
             last = None
             for i in range(64):
                 p = spec.add(
-                    "w", "q0", "dma", start, start + pkt, bytes=16384.0, layer=f"layer_{k}"
-                )
+                    "w", "q0", "dma", start, start + pkt, bytes=16384.0, layer=f"layer_{k}",
+                    transfer=i // packets_per_transfer,
+                )  # fmt: skip
                 if i == 0:
                     spec.dep(trig, p, "dma_trigger")
                 last = p
@@ -98,6 +104,16 @@ def test_dma102_fragmented_layer():
     after = 64 * -(-16384 * 10**9 // int(BW))  # each packet at 25 GB/s, no gaps
     assert abs(f.saving_ns - (before - after)) <= 64
     assert f.severity >= Severity.WARNING
+
+
+def test_dma102_counts_transfers_not_packets():
+    """The same 64 packets of 16 KiB as 32 transfers of two: each transfer is 32 KiB, the
+    target size, so nothing is small; as transfers of one packet each, DMA102 counts them as
+    above (128 over the two ranks)."""
+    assert not [f for f in _diagnose(fragmented_layer=1, packets_per_transfer=2).findings
+                if f.code == "DMA102"]  # fmt: skip
+    (f,) = [f for f in _diagnose(fragmented_layer=1).findings if f.code == "DMA102"]
+    assert (f.evidence["transfers"], f.evidence["packets"]) == (128, 128)
 
 
 def _slow_queue_job(bw: float) -> RankSpec:

@@ -68,7 +68,8 @@ def dma_frame(
     trace: S.Trace, ordinals: np.ndarray | None = None, inferred: pd.DataFrame | None = None
 ) -> pd.DataFrame:
     """DMA events with their queue, ring, tensor, bytes, duration, achieved bandwidth,
-    direction and layer.
+    direction, layer and the transfer they serve (``transfer``: -1 a transfer of its own; see
+    :func:`per_transfer`).
 
     ``bytes`` is NaN where the format records none, and where it records 0 for a transfer that
     took time (profilers write ``size:0`` when they did not capture the size). ``direction``
@@ -116,6 +117,9 @@ def dma_frame(
             "dur": ev[S.DUR].to_numpy()[ids],
             "bytes": nbytes,
             "ordinal": ordinals[ids],
+            "transfer": ev[S.TRANSFER].to_numpy()[ids]
+            if S.TRANSFER in ev
+            else np.full(len(ids), -1),
         },
         index=pd.Index(np.arange(len(ids))),
     )
@@ -316,3 +320,56 @@ def typical_bandwidth(
     values = np.where(np.isfinite(floor) & ~(values >= floor_ratio * floor), floor, values)
     index = keys[typical.index.to_numpy()] if len(typical) else keys[:0]
     return pd.Series(values, index=index, name="bw")
+
+
+def per_transfer(dma: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """One row per transfer of ``dma`` (rows of :func:`dma_frame`): the packets of a rank that
+    share a ``transfer`` id, a packet without one on its own. Its rank, queue, direction, tensor
+    and first packet (``event``, ``first_row`` into ``dma``) are its first packet's; ``ts`` the
+    first packet's start, ``dur`` the span to the last packet's end, ``bytes`` the packets' sum
+    (NaN when none states a size), ``bw`` bytes over the span and ``packets`` their number;
+    with, per row of ``dma``, its transfer (a row of the result), for the per-packet changes.
+
+    A transfer's descriptors are the vendor's unit of DMA efficiency (the 32 KiB target is per
+    transfer, not per packet): a transfer served by several rings at once moves its packets in
+    parallel, so its bandwidth is its bytes over its span, not any packet's."""
+    n = len(dma)
+    transfer = dma["transfer"].to_numpy(dtype=np.int64)
+    own = transfer < 0
+    # A packet without an id is keyed by its own row, apart from every id (negative keys).
+    key = np.where(own, -1 - np.arange(n, dtype=np.int64), transfer)
+    group, first = group_codes(dma["rank"].to_numpy(), key)
+    ts = dma["ts"].to_numpy()
+    end = ts + dma["dur"].to_numpy()
+    m = len(first)
+    start = np.full(m, np.iinfo(np.int64).max, dtype=np.int64)
+    stop = np.full(m, np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(start, group, ts)
+    np.maximum.at(stop, group, end)
+    nbytes = dma["bytes"].to_numpy(dtype=np.float64)
+    known = np.isfinite(nbytes)
+    total = np.bincount(group[known], weights=nbytes[known], minlength=m)
+    stated = np.bincount(group[known], minlength=m) > 0
+    out = dma.iloc[first][["event", "rank", "track", "queue", "tensor", "direction"]]
+    out = out.reset_index(drop=True).assign(
+        first_row=first,
+        ts=start,
+        dur=stop - start,
+        bytes=np.where(stated, total, np.nan),
+        packets=np.bincount(group, minlength=m),
+    )
+    out["bw"] = out["bytes"] / np.maximum(out["dur"], 1) * 1e9
+    return out, group
+
+
+def transfer_count(rows: pd.DataFrame) -> int:
+    """How many transfers the packets ``rows`` (rows of :func:`dma_frame`) belong to: the
+    distinct ``transfer`` ids of each rank, a packet without one a transfer of its own."""
+    if not len(rows):
+        return 0
+    transfer = rows["transfer"].to_numpy(dtype=np.int64)
+    own = transfer < 0
+    if own.all():
+        return len(rows)
+    keyed = np.unique(rows["rank"].to_numpy(dtype=np.int64)[~own] << 40 | transfer[~own])
+    return int(own.sum()) + len(keyed)

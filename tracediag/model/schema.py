@@ -40,6 +40,9 @@ SOURCE = "source_location"
 STEP = "step"
 COLL_KEY = "coll_key"
 SRC_ID = "src_id"  # the event's id in its source format (instruction id, correlation id...)
+#: The transfer a DMA packet serves (Neuron ``packet_aggregation_id``, a legacy ``block_id``
+#: run): packets of one rank with the same id are one transfer; -1 when the format says none.
+TRANSFER = "transfer"
 TRANSPOSE_FLOPS = "transpose_flops"  # FLOPs of the event spent on transposes (Neuron tensor engine)
 #: A tensor-engine instruction's tile (Neuron ``operands``): the PE array rows (K) and columns
 #: (M) it uses, the moving tensor's free size (N), and the addresses it reads and writes.
@@ -75,6 +78,7 @@ EVENT_OPTIONAL = {
     STEP: "float64",
     COLL_KEY: "int64",
     SRC_ID: "int64",  # informational; -1 when the format gives none
+    TRANSFER: "int64",  # -1: the packet is a transfer of its own
     # DTYPE (defined with the collectives): the event's numeric format, "bf16", "fp32"... as
     # tracediag.model.numeric_formats normalises it; missing when unknown.
     "dtype": "category",
@@ -247,7 +251,10 @@ def _coerce(df: pd.DataFrame, columns: dict[str, str], required: bool) -> pd.Dat
                 df[col] = df[col].astype(object)
         elif str(df[col].dtype) != dtype:
             if dtype.startswith("int") and df[col].isna().any():
-                raise SchemaError(f"column {col!r} has missing values")
+                if required:
+                    raise SchemaError(f"column {col!r} has missing values")
+                # An optional id (a format that gives none for some rows): -1, "none".
+                df[col] = df[col].fillna(-1)
             df[col] = df[col].astype(dtype)
     return df
 
