@@ -253,6 +253,9 @@ def cc_collectives(df: pd.DataFrame, first_row: int, rank: int, meta: S.RankMeta
         op_id = np.where(ovalid, op_id, ordinal)
         meta.info["collective_seq_from_ordinal"] = int((~ovalid).sum())
     flat = pd.Series(groups, dtype=object).str.replace(r"\s+", "", regex=True)
+    group_id, gvalid = ints(column(df, "group_id"), n)  # a trigger's group (no member list)
+    if gvalid.any():
+        flat = flat + np.where(gvalid, "#" + group_id.astype(str).astype(object), "")
     key = flat + "|" + stream_text + "|" + pd.Series(op_id.astype(str), dtype=object)
     members = _members(groups, rank)
     _permute_sides(df, groups, rank, key, members)

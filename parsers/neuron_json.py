@@ -16,7 +16,9 @@ carry the rank: ``rank_3.json``, ``profile_rank_3.json``; else its folder's:
 - ``tensor_info`` (any spelling of the Parquet ``TensorInfo``) -> ``meta.info``
   ``tensor_io_bytes`` and ``tensor_sizes``, as the Parquet reader sets them;
 - ``cc_op``: **our own extension, not a Neuron table**: rows with the field names of the Explorer
-  Parquet ``CcOp`` table, mapped like it; its times are in the file's time unit like the rest.
+  Parquet ``CcOp`` table, mapped like it; its times are in the file's time unit like the rest;
+- ``cc_ops``: neuron-profile's own collectives table; with neither, the collectives the trigger
+  instructions name (``ctype=...``; :mod:`neuron_cc_triggers`), their completion inferred.
 
 Times are read in the file's unit, which the documentation says is ns and one note says is ps:
 :func:`detect_unit` decides from ``summary.total_time`` and records ``meta.info["timestamp_unit"]``.
@@ -38,6 +40,7 @@ from tracediag.model import schema as S
 from tracediag.model.assembly import RankPart
 from tracediag.model.errors import TraceInputError
 from tracediag.parsers import neuron_json_dma as json_dma
+from tracediag.parsers.neuron_cc_triggers import trigger_collectives
 from tracediag.parsers.neuron_common import column, device_of, ints, numeric_summary, rank_from_name
 from tracediag.parsers.neuron_errors import ERROR_COLUMNS, record_errors
 from tracediag.parsers.neuron_executions import execution_edges, pc_executions
@@ -157,6 +160,8 @@ def _legacy_part(doc: dict, path: Path, meta: S.RankMeta) -> RankPart:
     divisor = detect_unit(instr, meta.summary.get("total_time"), meta)
     for frame in (instr, dma, cc):
         to_ns(frame, divisor)
+    if cc is None:  # no collective table: the collectives the trigger instructions name
+        cc = trigger_collectives(instr, _profile_end_ns(metadata, divisor), meta)
     if dma is not None:
         dma = json_dma.add_transfers(dma, meta)
     record_errors(_error_table(doc, path), meta, divisor)
@@ -181,6 +186,13 @@ def _legacy_part(doc: dict, path: Path, meta: S.RankMeta) -> RankPart:
     if spans is not None and len(part.events):
         part.events[S.STEP] = steps_of(part.events[S.TS].to_numpy(dtype=np.int64), _tiled(spans))
     return part
+
+
+def _profile_end_ns(metadata: dict, divisor: int) -> float:
+    """The profile's end (``last_hw_timestamp``, on the instructions' time base) in ns; NaN
+    when the metadata does not give it."""
+    last = pd.to_numeric(pd.Series([metadata.get("last_hw_timestamp")]), errors="coerce")[0]
+    return float(last) / divisor if pd.notna(last) else float("nan")
 
 
 def _tiled(spans):

@@ -53,6 +53,10 @@ RUNS = [
     ("dma", 0),
     ("dma", 16),
     ("dma", 7),  # Perfetto device traces: profile_rank_<g>/ntff.pftrace
+    # legacy JSON without cc_ops (json_collectives=triggers; seeds 3, 29 and 7 above draw it too)
+    ("straggler", 2),  # json_cc_wait=none: nothing after a trigger names S[15]
+    ("clean", 26),  # json_cc_wait=consumer: an ACTIVATE waits $S[15]>=v for each op
+    ("clean", 4),  # json_cc_wait=none
 ]
 SYSTEM_LAYOUTS = tuple(x for x in LAYOUTS if x not in DEVICE_LAYOUTS)
 DEVICE_ONLY = ("DMA", "CMP", "NUM")  # families only a device profile can show
@@ -170,6 +174,21 @@ def _layout_checks(run: dict, layout: str, job, diag, cause: str) -> dict:
             bad[f"dma101[{layout}]"] = (
                 f"DMA101 ranks {list(best.ranks)} saving {best.saving_ns} ns; truth ranks "
                 f"{t['ranks']}, saving {t['saving_ns']} ns (+-{SAVING_TOL:.0%})"
+            )
+    if cause == "dma" and layout in DEVICE_LAYOUTS:
+        # Efficiency per transfer, not per packet (a Parquet DmaPacket table and a Perfetto
+        # trace of packets write 4 rows a transfer): the slow layer's weight moves in one
+        # transfer per rank and step, whatever the layout.
+        want = shape.n_ranks * shape.n_steps
+        got = [f.evidence["transfers"] for f in warn if f.code == "DMA104"]
+        if got != [want]:
+            bad[f"dma104-transfers[{layout}]"] = (
+                f"DMA104 transfers {got}; written {want} (one per rank and step)"
+            )
+        per_rank = {f.evidence["transfers"] for f in warn if f.code == "DMA101"}
+        if per_rank != {shape.n_steps}:
+            bad[f"dma101-transfers[{layout}]"] = (
+                f"DMA101 transfers per rank {sorted(per_rank)}; written {shape.n_steps}"
             )
     if (cause == "clean" or (cause == "dma" and layout in SYSTEM_LAYOUTS)) and warn:
         # nothing to see: a clean run, or every rank equally slower as a system profile shows it

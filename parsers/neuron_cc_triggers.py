@@ -1,0 +1,189 @@
+"""Collectives of a legacy Neuron JSON profile that has no collective table, from the
+instructions that trigger them.
+
+Real legacy files keep collectives in ``cc_ops``; some have none, and then the only evidence of a
+collective is its trigger: a ``PSEUDO_TRIGGER_COLLECTIVE``-style instruction whose operand text
+names the operation (``ctype=ALL_REDUCE``), its ``stream_id`` and ``group_id``, and the semaphore
+it increments when the collective completes (``$S[15]++@complete``; neuron-real-output.md,
+"Legacy device JSON"; neuron-parquet-fields.md, ``instruction_chain``). Each trigger becomes one
+collective row with the Parquet ``CcOp`` field names:
+
+- its operation: the ``ctype`` in camel case (``ALL_REDUCE`` -> ``AllReduce``);
+- arrival at the trigger (``trigger_start_ts``, ``trigger_engine``: the trigger edge and the
+  arrival skew), start at the trigger's end (the op cannot start before it is issued);
+- completion, which nothing records, inferred, in this order
+  (``info["collective_completion_inferred"]`` counts each):
+  ``semaphore``: the start of the first later instruction waiting on the semaphore the trigger
+  increments on completion (``$S[15]>=v``: it could start only once the collective had
+  completed); ``core_resumed``: where no instruction names it, the start of the first
+  instruction after the rank's engines all idled following the trigger (a step-ending
+  collective holds the next step: the core resumes once it completed, so this is an upper
+  bound); ``profile_end``: where no instruction follows, the profile's end
+  (``last_hw_timestamp``); ``unknown``: none of these, the op ends where it starts;
+- instances matched across ranks by ``group_id``, ``stream_id`` and their order on the stream
+  (``op_id``: the ordinal, as for ``cc_ops`` rows without one). No byte count is stated.
+
+``info["collectives_from_triggers"]`` says how many collectives came from triggers, and the
+rank's repair counts (listed in the report) how many completions were inferred in each way, so
+that a report says its collective times are inferred.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from tracediag.model import schema as S
+from tracediag.parsers.neuron_common import column
+from tracediag.parsers.neuron_events import times
+
+#: The operand text columns a trigger's fields may be in, in reading order.
+_TEXT_COLUMNS = ("operands", "instruction_chain")
+_CTYPE = re.compile(r"\bctype=(?P<ctype>[A-Za-z_]+)")
+_OWNER = r"(?:\s*\([^)]*\))?"
+_ON_COMPLETE = re.compile(r"\$?S\[(?P<sem>\d+)\]" + _OWNER + r"\s*\+\+@complete")
+_WAIT = re.compile(r"\$?S\[(?P<sem>\d+)\]" + _OWNER + r"\s*>=\s*\d+")
+
+
+def trigger_collectives(
+    instr: pd.DataFrame | None, profile_end_ns: float, meta: S.RankMeta
+) -> pd.DataFrame | None:
+    """``CcOp``-named rows for the collectives the instructions ``instr`` (Parquet field names,
+    times in ns) trigger, None when no instruction names a ``ctype``. ``profile_end_ns``: the
+    profile's end (NaN when unknown). Counts go to ``meta`` (see the module)."""
+    if instr is None or not len(instr):
+        return None
+    text = _operand_text(instr)
+    ctype = text.str.extract(_CTYPE)["ctype"]
+    rows = np.flatnonzero(ctype.notna().to_numpy())
+    if not len(rows):
+        return None
+    start, dur = times(instr)
+    i_ts = start.to_numpy(dtype=np.float64, na_value=np.nan)
+    i_end = i_ts + dur.to_numpy(dtype=np.float64, na_value=np.nan)
+    rows = rows[np.isfinite(i_end[rows])]
+    if not len(rows):
+        return None
+    trig_text = text.iloc[rows]
+    stream = _field(trig_text, "stream_id")
+    group = _field(trig_text, "group_id")
+    sem = pd.to_numeric(trig_text.str.extract(_ON_COMPLETE)["sem"], errors="coerce").to_numpy()
+    is_trigger = np.zeros(len(instr), dtype=bool)
+    is_trigger[rows] = True
+    completion, how = _completions(text, i_ts, i_end, is_trigger, rows, sem, profile_end_ns)
+    begin = i_end[rows]
+    completion = np.maximum(completion, begin)
+    engine = column(instr, "engine")
+    out = pd.DataFrame(
+        {
+            "start_ts": begin.astype(np.int64),
+            "duration_ns": (completion - begin).astype(np.int64),
+            "operation": [_camel(c) for c in ctype.iloc[rows]],
+            "stream_id": pd.array(stream, dtype="Int64"),
+            "group_id": pd.array(group, dtype="Int64"),
+            "trigger_start_ts": i_ts[rows].astype(np.int64),
+            "trigger_engine": engine.iloc[rows].to_numpy(dtype=object)
+            if engine is not None
+            else None,
+            "dtype": trig_text.str.extract(r"\bdtype=(?P<d>\w+)")["d"].to_numpy(dtype=object),
+        }
+    )
+    # The instance on its stream: the ordinal per group and stream in start order.
+    key = pd.DataFrame({"g": out["group_id"].fillna(-1), "s": out["stream_id"].fillna(-1)})
+    out["op_id"] = (
+        key.assign(t=out["start_ts"])
+        .sort_values("t", kind="stable")
+        .groupby(["g", "s"])
+        .cumcount()
+        .sort_index()
+        .to_numpy()
+    )
+    meta.info["collectives_from_triggers"] = int(len(out))
+    meta.info["collective_completion_inferred"] = inferred = {
+        k: int((how == k).sum()) for k in ("semaphore", "core_resumed", "profile_end", "unknown")
+    }
+    for k, n in inferred.items():  # the report lists them with the rows it repaired
+        meta.count(f"collectives: from trigger instructions, completion inferred ({k})", n)
+    return out
+
+
+def _operand_text(instr: pd.DataFrame) -> pd.Series:
+    """Per instruction, its operand texts joined (a trigger's fields may be in either)."""
+    parts = [column(instr, c) for c in _TEXT_COLUMNS]
+    parts = [p.astype(object).where(p.notna(), "") for p in parts if p is not None]
+    if not parts:
+        return pd.Series("", index=instr.index, dtype=object)
+    text = parts[0].astype(str)
+    for p in parts[1:]:
+        text = text + " " + p.astype(str)
+    return text.reset_index(drop=True)
+
+
+def _field(text: pd.Series, name: str) -> np.ndarray:
+    """The integer ``name=<n>`` of each text, NaN where absent."""
+    found = text.str.extract(rf"\b{name}=(?P<v>-?\d+)")["v"]
+    return pd.to_numeric(found, errors="coerce").to_numpy(dtype=np.float64)
+
+
+def _camel(ctype: str) -> str:
+    """``ALL_REDUCE`` -> ``AllReduce``, ``COLLECTIVE_PERMUTE`` -> ``CollectivePermute``."""
+    return "".join(w.capitalize() for w in str(ctype).split("_") if w)
+
+
+def _completions(
+    text: pd.Series,
+    i_ts: np.ndarray,
+    i_end: np.ndarray,
+    is_trigger: np.ndarray,
+    rows: np.ndarray,
+    sem: np.ndarray,
+    profile_end_ns: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per trigger (``rows``): its collective's inferred completion and how it was inferred."""
+    n = len(rows)
+    after = i_end[rows]
+    completion = np.full(n, np.nan)
+    how = np.full(n, "unknown", dtype=object)
+    # 1. The first later instruction (not a trigger) waiting on the completion semaphore.
+    waits = text.str.extract(_WAIT)["sem"]
+    waiter = np.flatnonzero(waits.notna().to_numpy() & ~is_trigger & np.isfinite(i_ts))
+    if len(waiter) and np.isfinite(sem).any():
+        w = pd.DataFrame({"sem": waits.iloc[waiter].astype(float).to_numpy(), "ts": i_ts[waiter]})
+        for s, grp in w.groupby("sem"):  # a loop over the few semaphores, not instructions
+            mine = np.flatnonzero(sem == s)
+            ts = np.sort(grp["ts"].to_numpy())
+            at = np.searchsorted(ts, after[mine], side="left")
+            hit = at < len(ts)
+            completion[mine[hit]] = ts[at[hit]]
+            how[mine[hit]] = "semaphore"
+    # 2. The first instruction after every engine idled, following the trigger.
+    resumed = _resumes(i_ts, i_end, after)
+    fill = np.isnan(completion) & np.isfinite(resumed)
+    completion[fill], how[fill] = resumed[fill], "core_resumed"
+    # 3. The profile's end.
+    fill = np.isnan(completion) & np.isfinite(profile_end_ns) & (profile_end_ns >= after)
+    completion[fill], how[fill] = profile_end_ns, "profile_end"
+    fill = np.isnan(completion)
+    completion[fill] = after[fill]
+    return completion, how
+
+
+def _resumes(i_ts: np.ndarray, i_end: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """Per time in ``after``: the start of the first busy period of the instructions (their
+    union) that begins after an idle gap following that time; NaN where none does."""
+    ok = np.isfinite(i_ts) & np.isfinite(i_end)
+    order = np.argsort(i_ts[ok], kind="stable")
+    s, e = i_ts[ok][order], i_end[ok][order]
+    if not len(s):
+        return np.full(len(after), np.nan)
+    reach = np.maximum.accumulate(e)
+    # A busy period starts where an instruction starts after everything before it ended.
+    begins = np.flatnonzero(np.r_[True, s[1:] > reach[:-1]])
+    starts = s[begins]
+    at = np.searchsorted(starts, after, side="right")  # the first period starting after it
+    out = np.full(len(after), np.nan)
+    hit = at < len(starts)
+    out[hit] = starts[at[hit]]
+    return out
