@@ -39,6 +39,7 @@ from tracediag.parsers.neuron_common import rank_from_name
 from tracediag.parsers.neuron_part import Piece, finish_part
 from tracediag.parsers.neuron_system_work import execution_work
 from tracediag.parsers.perfetto_decode import decode
+from tracediag.parsers.perfetto_rows import merge_serial_rows
 from tracediag.parsers.perfetto_sniff import FORMAT, sniff  # noqa: F401 (the reader's declaration)
 from tracediag.parsers.perfetto_system import (
     CPU_FIELD,
@@ -80,6 +81,10 @@ def read(path: Path) -> list[RankPart]:
     fields = E.fields(ann, len(sl))
     events = _events(d, sl, fields, table, owner)
     rank = table["rank"].reindex(sl["track"].to_numpy()).to_numpy(dtype=np.int64)
+    # Rows drawn round robin: one serial stream again.
+    moved = merge_serial_rows(events, rank) if tracks.neuron == "device" and not tracks.ours else 0
+    if moved:
+        counts["slices on display rows of a serial engine: moved to its track"] = moved
     system: dict = {}
     if tracks.neuron == "system" or (not tracks.ours and is_system_trace(events[S.NAME])):
         tracks.neuron = "system"  # ranks, hardware slices: perfetto_system

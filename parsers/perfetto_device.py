@@ -195,9 +195,9 @@ def _instructions(events, fields, numbers, text, rows) -> pd.DataFrame:
 
 def queue_names(events: pd.DataFrame, text: dict[str, np.ndarray], rows: np.ndarray) -> pd.Series:
     """The queue of DMA slices ``rows``: the first of the :data:`QUEUE_FIELDS` annotations
-    (``text``: per slice, None where absent), else the track's queue (``qSyncIO0/row1``)."""
+    (``text``: per slice, None where absent), else the track's queue (``qSyncIO0/ring1``)."""
     track_queue = pd.Series(events[TRACK_LABEL].to_numpy(dtype=object)[rows], dtype=object)
-    queue = track_queue.str.replace(r"/row\d+$", "", regex=True)
+    queue = track_queue.str.replace(r"/(?:row|ring)\d+$", "", regex=True)
     named = [pd.Series(text[f][rows], dtype=object) for f in QUEUE_FIELDS]
     return named[0].fillna(named[1]).fillna(named[2]).fillna(queue).astype(str)
 

@@ -9,7 +9,9 @@ the tool's screenshots, see neuron-formats.md section 3):
   hold overlapping instructions, so each row stays its own track: row 0 is labelled like the
   Parquet reader's track (``tensor``), row k > 0 ``tensor/row<k>``; the engine is ``tensor``.
 - ``DMA Engine <n> - Row <k>`` and ``q<Queue> - Row <k>``: DMA transfers, kind ``dma`` on a
-  ``dma_queue`` track labelled ``dma engine <n>`` or the queue name (``/row<k>`` for k > 0).
+  ``dma_queue`` track labelled ``dma engine <n>`` (``/row<k>`` for k > 0) or the queue name
+  (``/ring<k>`` for k > 0: the rows of a queue hold the transfers its rings run at once, and
+  DMA rules read a queue back from its rings' tracks, :mod:`tracediag.model.dma_rings`).
 - ``S[<n>] (<Engine>)``: semaphore values: state, not work; their number goes to
   ``meta.info["semaphore_update_count"]`` as the Parquet reader's ``SemaphoreUpdate`` rows do.
 - ``CC-core <n> - Row <k>`` or a bare ``CC-core <n>`` (the rows the profiler's timeline shows
@@ -46,6 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tracediag.model.dma_rings import ring_track_name
 from tracediag.parsers.neuron_common import ENGINE_ALIASES
 
 _ENGINE_ROW = re.compile(r"^\s*([A-Za-z]+)\s+Engine\s*-\s*Row\s*(\d+)\s*$", re.IGNORECASE)
@@ -140,8 +143,12 @@ def _describe(uuid: int, info: dict, default_rank: int) -> tuple:
     dma_row = _DMA_ROW.match(name)
     if dma_row:
         queue = dma_row.group(1)
-        queue = " ".join(queue.lower().split()) if queue.lower().startswith("dma") else queue
-        label = _row_label(queue, int(dma_row.group(2)))
+        engine_track = queue.lower().startswith("dma")
+        queue = " ".join(queue.lower().split()) if engine_track else queue
+        row = int(dma_row.group(2))
+        # A queue's rows hold its overlapping transfers, the rings that serve it at once: named
+        # as the other readers name rings (a DMA engine is one ring: its rows stay rows).
+        label = ring_track_name(queue, row) if row and not engine_track else _row_label(queue, row)
         return uuid, label, "dma_queue", "dma", "", "dma", default_rank, ""
     system = _SYSTEM_THREAD.match(name) or (
         _SYSTEM_THREAD.match(_own_name(info[thread])) if thread is not None else None

@@ -74,11 +74,13 @@ def test_engine_rows_dma_rows_and_semaphores(tmp_path):
         ("ACTIVATE", "compute", "vector", "compute_engine", "vector"),
         ("TENSOR_COPY", "compute", "vector/row1", "compute_engine", "vector"),
         ("weights_0", "dma", "qSyncIO0", "dma_queue", "dma"),
-        ("act_tile", "dma", "dma engine 64/row2", "dma_queue", "dma"),
+        # the engine's only slice, drawn on row 2: a serial engine is one track
+        ("act_tile", "dma", "dma engine 64", "dma_queue", "dma"),
     ]
     assert part.meta.repairs == {
         "counter values (metrics, not events): not modelled": 2,
         "inst_dep_ids: id matches no instruction": 1,
+        "slices on display rows of a serial engine: moved to its track": 1,
     }
     assert part.meta.info["neuron_profile"] == "device"
     # Semaphore values are state, not work: counted as the Parquet reader counts its
@@ -112,7 +114,7 @@ def test_inst_dep_ids_become_dependency_and_trigger_edges(tmp_path):
     }
     trace = assemble([part])
     assert sorted(trace.tracks[S.TRACK_NAME]) == [
-        "dma engine 64/row2",
+        "dma engine 64",
         "qSyncIO0",
         "tensor",
         "vector",
@@ -157,3 +159,23 @@ def test_system_profile_hardware_events_move_to_the_host_clock(tmp_path):
     assert ts["nc_exec_running"] == host0 + 300
     assert ts["cc_running"] == host0 + 10_000_507  # moved by the later sync point
     assert part.meta.info["hardware_clock"].startswith("device, moved to host")
+
+
+def test_rows_drawn_round_robin_of_a_serial_engine_are_one_track(tmp_path):
+    """A profiler may draw an engine's slices on its rows round robin whether or not they
+    overlap: the Tensor engine's four serial slices on rows 0-3 are one track again, the
+    Vector engine's two overlapping slices keep their rows."""
+    b = TraceBuilder()
+    b.track(1, process=(7, "Instructions [1]"))
+    for k in range(4):
+        b.track(20 + k, f"TensorMatrix Engine - Row {k}", parent=1)
+    b.track(30, "Vector Engine - Row 0", parent=1)
+    b.track(31, "Vector Engine - Row 1", parent=1)
+    for k in range(4):  # back to back, 100 ns each, one per row
+        b.slice(20 + k, T0 + 100 * k, 100, "MATMUL")
+    b.slice(30, T0, 300, "ACTIVATE")
+    b.slice(31, T0 + 50, 100, "TENSOR_COPY")  # inside the ACTIVATE: the rows overlap
+    part = perfetto.read(b.write(tmp_path / "device_profile_model_1.pftrace"))[0]
+    labels = part.events.groupby("track_label", observed=True).size().to_dict()
+    assert labels == {"tensor": 4, "vector": 1, "vector/row1": 1}
+    assert part.meta.repairs["slices on display rows of a serial engine: moved to its track"] == 3

@@ -57,6 +57,9 @@ RUNS = [
     ("straggler", 2),  # json_cc_wait=none: nothing after a trigger names S[15]
     ("clean", 26),  # json_cc_wait=consumer: an ACTIVATE waits $S[15]>=v for each op
     ("clean", 4),  # json_cc_wait=none
+    # Perfetto device rows drawn round robin (pfd_rows=spread) in one file for all ranks
+    ("clean", 51),
+    ("clean", 19),
 ]
 SYSTEM_LAYOUTS = tuple(x for x in LAYOUTS if x not in DEVICE_LAYOUTS)
 DEVICE_ONLY = ("DMA", "CMP", "NUM")  # families only a device profile can show

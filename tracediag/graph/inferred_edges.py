@@ -131,7 +131,9 @@ def wait_edges(trace: S.Trace, recorded: tuple | None = None) -> pd.DataFrame:
 def _waits(trace: S.Trace, ts: np.ndarray, end: np.ndarray, is_compute: np.ndarray) -> np.ndarray:
     """The profiler's stall time per event; on NeuronCore engines without one, the idle time
     since the previous instruction on the engine (an engine idles only when its next
-    instruction waits)."""
+    instruction waits), and for the engine's first instruction since the rank's first event
+    (the engine had nothing to run until then: nothing records what its first instruction
+    waited for, a collective trigger's wait on the last activation of a step among them)."""
     ev = trace.events
     wait = (
         ev[S.WAIT].to_numpy(dtype=np.float64, copy=True)
@@ -147,6 +149,9 @@ def _waits(trace: S.Trace, ts: np.ndarray, end: np.ndarray, is_compute: np.ndarr
         idle = np.full(len(ev), np.nan)
         prev_end = np.r_[0, end[o][:-1]]
         idle[o[same]] = ts[o][same] - prev_end[same]
+        rank = ev[S.RANK].to_numpy()
+        first_of_rank = pd.Series(ts).groupby(rank).transform("min").to_numpy()
+        idle[o[~same]] = ts[o][~same] - first_of_rank[o][~same]
         wait[missing] = idle[missing]
     return wait
 
