@@ -86,6 +86,33 @@ def recv_waits(ctx) -> pd.Series:
     return waited.clip(lower=0).groupby(coll[S.RANK][recv]).sum()
 
 
+def p2p_transfer(ctx) -> pd.Series:
+    """Per rank: ns its Recvs spent transferring with no compute of the rank beside them: from
+    the later of the Recv's start and the matching Send's arrival (the data can only flow once
+    both sides are in the call) to the Recv's end, clipped to the window. Time before that is
+    waiting for the sender (``recv_waits``); a Send's own time is not counted, as its peer's
+    Recv covers the same transfer."""
+    coll = ctx.trace.collectives
+    recv = (coll[S.COLL_OP].astype(str).str.lower() == "recv").to_numpy()
+    if not recv.any():
+        return pd.Series(dtype=np.int64)
+    lo, hi = ctx.path.start_ns, ctx.path.end_ns
+    last = coll.groupby(S.COLL_KEY)[S.ARRIVAL].transform("max").to_numpy()[recv]
+    a = np.clip(np.maximum(coll[S.START].to_numpy()[recv], last), lo, hi)
+    b = np.clip(coll[S.END].to_numpy()[recv], lo, hi)
+    b = np.maximum(a, b)
+    rank = coll[S.RANK].to_numpy()[recv]
+    ev = ctx.trace.events
+    compute = (ev[S.KIND] == "compute").to_numpy()
+    ev_rank, ev_ts, ev_dur = ev[S.RANK].to_numpy(), ev[S.TS].to_numpy(), ev[S.DUR].to_numpy()
+    exposed = b - a
+    for r in np.unique(rank):  # a loop over the ranks, not events
+        mine = rank == r
+        c = compute & (ev_rank == r)
+        exposed[mine] -= interval_overlap(a[mine], b[mine], ev_ts[c], ev_ts[c] + ev_dur[c])
+    return pd.Series(exposed).groupby(rank).sum()
+
+
 def micro_batches(ctx) -> int:
     """Micro-batches per step: the forward Sends (to a later stage) on the busiest link over the
     steps in the window; without Send/Recv sides, half the transfers on it (one forward, one
@@ -123,11 +150,12 @@ def _transfers_per_link(ctx) -> int:
 
 def stage_table(ctx) -> pd.DataFrame:
     """Per stage (index): ranks, busy, work, bubble and its share, warm-up, cool-down, Recv
-    waits."""
+    waits and exposed P2P transfer time (``p2p_transfer``)."""
     layout = ctx.layout
     length = ctx.length_ns
     per_rank = rank_busy(ctx, layout.coords.index)
     waits = recv_waits(ctx)
+    transfer = p2p_transfer(ctx)
     rows = []
     for stage, ranks in layout.stages().items():
         mine = per_rank.loc[ranks]
@@ -143,6 +171,7 @@ def stage_table(ctx) -> pd.DataFrame:
                 "warmup_ns": int((mine["first_ns"] - ctx.path.start_ns).median()),
                 "cooldown_ns": int((ctx.path.end_ns - mine["last_ns"]).median()),
                 "recv_wait_ns": int(waits.reindex(ranks).fillna(0).median()),
+                "p2p_transfer_ns": int(transfer.reindex(ranks).fillna(0).median()),
                 "first_ns": int(mine["first_ns"].min()),
                 "last_ns": int(mine["last_ns"].max()),
             }
