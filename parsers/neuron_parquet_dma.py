@@ -31,7 +31,12 @@ def drop_duplicate_packets(dma: pd.DataFrame, table: str, meta: S.RankMeta) -> p
     keys = [c for c in _IDENTITY if c in dma.columns]
     if "id" not in keys or not len(dma):
         return dma
-    dup = dma.duplicated(subset=keys, keep="first").to_numpy()
+    # A row repeats an earlier one only where its id does: the identity columns are compared
+    # on those rows alone (in table order, so "earlier" stays the same), not on every packet.
+    dup = np.zeros(len(dma), dtype=bool)
+    maybe = dma["id"].duplicated(keep=False).to_numpy()
+    if maybe.any():
+        dup[maybe] = dma.loc[maybe, keys].duplicated(keep="first").to_numpy()
     n = int(dup.sum())
     meta.info["dma_duplicate_packets"] = n
     if not n:

@@ -440,14 +440,18 @@ def _slower_than_peers(ctx, rank: int, until: int, share: float = 0.25) -> SlowW
     # A collective's extra length is its wait for others, not work of its own.
     mine &= ev[S.KIND].isin(DURATION_KINDS).to_numpy(dtype=bool)
     ids = np.flatnonzero(mine)
-    engines = ctx.trace.tracks[S.ENGINE].astype(str).to_numpy()[ev[S.TRACK].to_numpy()[ids]]
-    by_engine = pd.Series(excess[ids]).groupby(engines).sum().sort_values(ascending=False)
-    tracks = peer_track_names(ctx.trace)[ev[S.TRACK].to_numpy()[ids]]
-    by_track = pd.Series(excess[ids]).groupby(tracks).sum().sort_values(ascending=False)
+    # Summed per track first (by its number), then over the tracks of each engine and of each
+    # peer track name: the same integer sums as grouping every event by its engine's text.
+    per_track = pd.Series(excess[ids]).groupby(ev[S.TRACK].to_numpy()[ids]).sum()
+    track_ids, track_sums = per_track.index.to_numpy(), per_track.to_numpy()
+    engines = ctx.trace.tracks[S.ENGINE].astype(str).to_numpy()[track_ids]
+    by_engine = pd.Series(track_sums).groupby(engines).sum().sort_values(ascending=False)
+    tracks = peer_track_names(ctx.trace)[track_ids]
+    by_track = pd.Series(track_sums).groupby(tracks).sum().sort_values(ascending=False)
     layers: list[str] = []
     chosen = ids
     if S.LAYER in ev and len(ids):
-        lay = S.strings(ev[S.LAYER])[ids]
+        lay = S.strings(ev[S.LAYER].iloc[ids])  # the rows asked for, not a text per event
         ok = ~pd.isna(lay)
         if ok.any():
             top = pd.Series(excess[ids][ok]).groupby(lay[ok]).sum().sort_values(ascending=False)

@@ -16,7 +16,46 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def _exposed_rows(ev: pd.DataFrame, coll: pd.DataFrame) -> pd.Series:
+def _compute_rows(ev: pd.DataFrame) -> dict[int, np.ndarray]:
+    """Per rank: the rows of its compute events, in event order (positions: the rules below
+    read a few columns at them instead of copying every column of the rank's events)."""
+    import numpy as np
+
+    rows = np.flatnonzero((ev[S.KIND] == "compute").to_numpy(dtype=bool))
+    rank = ev[S.RANK].to_numpy()[rows]
+    order = np.argsort(rank, kind="stable")
+    rows, rank = rows[order], rank[order]
+    cut = np.flatnonzero(rank[1:] != rank[:-1]) + 1
+    return {int(rank[i]): part for i, part in zip(np.r_[0, cut], np.split(rows, cut), strict=True)}
+
+
+def _rows_of(compute: dict[int, np.ndarray], rank) -> np.ndarray:
+    import numpy as np
+
+    return compute.get(int(rank), np.zeros(0, dtype=np.int64))
+
+
+def _spans(ev: pd.DataFrame, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of the events at ``rows``."""
+    s = ev[S.TS].to_numpy()[rows]
+    return s, s + ev[S.DUR].to_numpy()[rows]
+
+
+def _string_categories(col: pd.Series):
+    """The categories of a categorical of strings as an object array (their text is what
+    ``astype(str)`` gives each row), else None."""
+    import numpy as np
+    import pandas as pd
+
+    if not isinstance(col.dtype, pd.CategoricalDtype):
+        return None
+    cats = col.cat.categories
+    if pd.api.types.infer_dtype(cats, skipna=False) != "string":
+        return None
+    return np.asarray(cats, dtype=object)
+
+
+def _exposed_rows(ev: pd.DataFrame, coll: pd.DataFrame, compute: dict) -> pd.Series:
     """Per collective row: ns of its transfer with no compute on its rank beside it."""
     import numpy as np
     import pandas as pd
@@ -26,22 +65,49 @@ def _exposed_rows(ev: pd.DataFrame, coll: pd.DataFrame) -> pd.Series:
     out = np.zeros(len(coll), dtype=np.int64)
     for rank in coll[S.RANK].unique():
         mine = (coll[S.RANK] == rank).to_numpy()
-        c = ev[(ev[S.KIND] == "compute") & (ev[S.RANK] == rank)]
-        s, e = c[S.TS].to_numpy(), (c[S.TS] + c[S.DUR]).to_numpy()
+        s, e = _spans(ev, _rows_of(compute, rank))
         a, b = coll[S.START].to_numpy()[mine], coll[S.END].to_numpy()[mine]
         out[mine] = (b - a) - interval_overlap(a, b, s, e)
     return pd.Series(out, index=coll.index)
 
 
-def _layers_before(ev: pd.DataFrame, rank: int, times: np.ndarray) -> np.ndarray:
-    """The layer of the rank's last compute event starting before each time."""
+def _layers_before(ev: pd.DataFrame, rows: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """The layer of the last compute event of ``rows`` (one rank's) starting before each time."""
     import numpy as np
 
-    c = ev[(ev[S.KIND] == "compute") & (ev[S.RANK] == rank) & ev[S.LAYER].notna()]
-    c = c.sort_values(S.TS, kind="stable")
-    at = np.searchsorted(c[S.TS].to_numpy(), times, side="right") - 1
-    names = c[S.LAYER].astype(str).to_numpy()
-    return np.where(at >= 0, names[np.maximum(at, 0)] if len(names) else "", "")
+    col = ev[S.LAYER]
+    cats = _string_categories(col)
+    if cats is not None:  # by category code: no string per event
+        codes = col.cat.codes.to_numpy()[rows]
+        rows = rows[codes >= 0]
+        codes = codes[codes >= 0]
+    else:
+        layer = col.iloc[rows]
+        keep = layer.notna().to_numpy()
+        rows, layer = rows[keep], layer[keep]
+    ts = ev[S.TS].to_numpy()[rows]
+    order = np.argsort(ts, kind="stable")
+    at = np.searchsorted(ts[order], times, side="right") - 1
+    if not len(rows):
+        return np.where(at >= 0, "", "")
+    pick = order[np.maximum(at, 0)]
+    names = cats[codes[pick]] if cats is not None else layer.astype(str).to_numpy()[pick]
+    return np.where(at >= 0, names, "")
+
+
+def _compute_by_layer(ev: pd.DataFrame, rows: np.ndarray) -> pd.Series:
+    """Compute ns of the events at ``rows`` per layer name (events without a layer left out)."""
+    import pandas as pd
+
+    col = ev[S.LAYER]
+    dur = ev[S.DUR].to_numpy()[rows]
+    cats = _string_categories(col)
+    if cats is None:
+        return pd.Series(dur).groupby(col.iloc[rows].astype(str).to_numpy()).sum()
+    codes = col.cat.codes.to_numpy()[rows]
+    has = codes >= 0
+    per_code = pd.Series(dur[has]).groupby(codes[has]).sum()
+    return pd.Series(per_code.to_numpy(), index=cats[per_code.index.to_numpy()])
 
 
 class ExposedTensorParallel(Rule):
@@ -85,13 +151,14 @@ class ExposedTensorParallel(Rule):
         if not len(seg):
             return
         ev = ctx.trace.events
+        compute = _compute_rows(ev)
         parts = []
         for rank, rows in seg.groupby("rank"):
-            c = ev[(ev[S.KIND] == "compute") & (ev[S.RANK] == rank)]
-            s, e = c[S.TS].to_numpy(), (c[S.TS] + c[S.DUR]).to_numpy()
+            mine = _rows_of(compute, rank)
+            s, e = _spans(ev, mine)
             a, b = rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy()
             exposed = (b - a) - interval_overlap(a, b, s, e)
-            parts.append(rows.assign(exposed=exposed, layer=_layers_before(ev, int(rank), a)))
+            parts.append(rows.assign(exposed=exposed, layer=_layers_before(ev, mine, a)))
         seg = pd.concat(parts)
         seg = seg[seg["exposed"] > 0]
         impact = int(seg["exposed"].sum())
@@ -101,7 +168,7 @@ class ExposedTensorParallel(Rule):
         seg = seg.assign(coll_key=keyed.loc[seg["event"], S.COLL_KEY].to_numpy())
         # Every TP group runs the same collectives: hiding them on the critical group only would
         # leave the others' on the path, so the what-if hides the exposed part of all of them.
-        per_key = _exposed_rows(ev, tp).groupby(tp[S.COLL_KEY].to_numpy()).max()
+        per_key = _exposed_rows(ev, tp, compute).groupby(tp[S.COLL_KEY].to_numpy()).max()
         per_key = per_key[per_key > 0]
         rows = tp[tp[S.COLL_KEY].isin(per_key.index)]
         nodes = ctx.nodes_of(rows[S.EVENT].to_numpy())
@@ -123,7 +190,7 @@ class ExposedTensorParallel(Rule):
         busbw = algbw * bus_factor(op, ctx.layout.tp)
         hwp = next((h for h in ctx.hardware.values() if h is not None), None)
         link = credible_peak(hwp.link_bw if hwp is not None else None, busbw)
-        layers = _per_layer(ctx, tp, seg)
+        layers = _per_layer(ctx, tp, seg, compute)
         ranks = tuple(sorted(int(r) for r in seg["rank"].unique()))
         n_inst = int(seg["coll_key"].nunique())
         yield ctx.finding(
@@ -159,7 +226,7 @@ class ExposedTensorParallel(Rule):
         )
 
 
-def _per_layer(ctx, tp: pd.DataFrame, seg: pd.DataFrame) -> dict[str, dict]:
+def _per_layer(ctx, tp: pd.DataFrame, seg: pd.DataFrame, compute: dict) -> dict[str, dict]:
     """Per layer: exposed TP ns on the critical path, their share of the layer's time on the
     path, and the layer's compute-to-TP-communication ratio (all of its ranks' events)."""
     import numpy as np
@@ -168,12 +235,14 @@ def _per_layer(ctx, tp: pd.DataFrame, seg: pd.DataFrame) -> dict[str, dict]:
     ev = ctx.trace.events
     comm = (tp[S.END] - tp[S.START]).to_numpy()
     layer_of = np.empty(len(tp), dtype=object)
-    for rank in tp[S.RANK].unique():
+    ranks = tp[S.RANK].unique()
+    for rank in ranks:
         mine = (tp[S.RANK] == rank).to_numpy()
-        layer_of[mine] = _layers_before(ev, int(rank), tp[S.START].to_numpy()[mine])
+        rows = _rows_of(compute, rank)
+        layer_of[mine] = _layers_before(ev, rows, tp[S.START].to_numpy()[mine])
     comm_by_layer = pd.Series(comm).groupby(layer_of).sum()
-    compute = ev[(ev[S.KIND] == "compute") & ev[S.RANK].isin(tp[S.RANK].unique())]
-    compute_by_layer = compute[S.DUR].groupby(compute[S.LAYER].astype(str)).sum()
+    rows = np.sort(np.concatenate([_rows_of(compute, r) for r in ranks]))
+    compute_by_layer = _compute_by_layer(ev, rows)
     path = ctx.segments
     on_path = path.loc[path["category"] == "compute", "dur_ns"]
     path_by_layer = on_path.groupby(path.loc[on_path.index, S.LAYER].astype(str)).sum()

@@ -50,34 +50,70 @@ class RedundantDmaTransfers(Rule):
         sizes = {r: m.info.get("tensor_sizes") or {} for r, m in ctx.trace.meta.items()}
         if not any(sizes.values()):
             return
-        dma = ctx.dma
-        dma = dma[dma["bytes"].notna().to_numpy()]
-        # Per (rank, tensor) the size TensorInfo gives: a few tensors, looked up by index.
-        table = pd.Series(
-            {(int(r), str(t)): float(b) for r, per in sizes.items() for t, b in per.items()}
-        )
-        key = pd.MultiIndex.from_arrays(
-            [dma["rank"].to_numpy(), dma["tensor"].astype(str).to_numpy()]
-        )
-        size = table.reindex(key).to_numpy(dtype=np.float64)
-        known = np.isfinite(size)
+        # The columns read below only: filtering or sorting every DMA column copies them all.
+        dma = ctx.dma[["event", "rank", "tensor", "ts", "dur", "bytes", "queue"]]
+        # Per (rank, tensor) the size TensorInfo gives, by the tensor's code (one lookup per
+        # rank and tensor name, not per transfer); NaN where TensorInfo has none.
+        code, names = pd.factorize(dma["tensor"])
+        rank = dma["rank"].to_numpy()
+        size = np.full(len(dma), np.nan)
+        for r in np.unique(rank):
+            per = {str(t): float(b) for t, b in sizes.get(int(r), {}).items()}
+            if not per:
+                continue
+            by_code = np.array([per.get(str(t), np.nan) for t in names] + [np.nan])
+            mine = rank == r
+            size[mine] = by_code[code[mine]]  # code -1 (no tensor): the NaN at the end
+        known = np.isfinite(size) & dma["bytes"].notna().to_numpy()
         if not known.any():
             return
-        d = dma[known].assign(size=size[known])
-        d["step"] = event_steps(ctx.trace, d["event"].to_numpy())
-        d = d.sort_values(["rank", "step", "tensor", "ts", "event"], kind="stable")
-        moved_before = d.groupby(["rank", "step", "tensor"])["bytes"].cumsum() - d["bytes"]
+        rows = np.flatnonzero(known)
+        step = event_steps(ctx.trace, dma["event"].to_numpy()[rows])
+        # Sorted by rank, step, tensor name, start, event (ties: table order), as a stable
+        # sort of those columns: the names' order by their codes.
+        by_name = np.argsort(np.asarray(names, dtype=object), kind="stable")
+        sorted_names = np.asarray(names, dtype=object)[by_name]
+        name_order = np.empty(len(names), dtype=np.int64)
+        name_order[by_name] = np.arange(len(names))
+        tensor_rank = name_order[code[rows]]
+        order = np.lexsort(
+            (
+                dma["event"].to_numpy()[rows],
+                dma["ts"].to_numpy()[rows],
+                tensor_rank,
+                step,
+                rank[rows],
+            )
+        )
+        rows, step, tensor_rank = rows[order], step[order], tensor_rank[order]
+        d = dma.iloc[rows].reset_index(drop=True)
+        d["size"] = size[rows]
+        d["step"] = step
+        r_sorted = rank[rows]
+        new_group = np.r_[
+            True,
+            (r_sorted[1:] != r_sorted[:-1])
+            | (step[1:] != step[:-1])
+            | (tensor_rank[1:] != tensor_rank[:-1]),
+        ]
+        bytes_ = d["bytes"]
+        moved_before = bytes_.groupby(np.cumsum(new_group)).cumsum() - bytes_
         # Once a step has moved every byte of the tensor, later transfers of it are repeats.
         d["repeat"] = (moved_before >= d["size"]).to_numpy()
         # The repeats' source lines and path time, looked up once for every tensor (each lookup
         # reads every trigger edge and path segment), indexed by position in ``d``.
-        d = d.reset_index(drop=True)
         rep = d["repeat"].to_numpy()
         rep_line = np.full(len(d), "", dtype=object)
         rep_line[rep] = event_sources(ctx.trace, d["event"].to_numpy()[rep])
         rep_path = np.zeros(len(d), dtype=np.int64)
         rep_path[rep] = on_path_ns(ctx, d["event"].to_numpy()[rep])
-        for tensor, grp in d.groupby("tensor", sort=True):
+        # Tensor by tensor in name order, each one's rows in the order above.
+        tensor_rows = np.argsort(tensor_rank, kind="stable")
+        t_sorted = tensor_rank[tensor_rows]
+        bounds = np.r_[0, np.flatnonzero(t_sorted[1:] != t_sorted[:-1]) + 1, len(d)]
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            grp = d.iloc[tensor_rows[lo:hi]]
+            tensor = sorted_names[t_sorted[lo]]
             per = grp.groupby(["rank", "step"])["bytes"].sum()
             tensor_size = float(grp["size"].iloc[0])
             excess = float((per - tensor_size).clip(lower=0).sum())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 
@@ -36,6 +38,21 @@ def busy_ns_by_group(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> p
     if not len(group):
         return pd.Series(dtype="int64")
     o = stable_order_by(group, start)
+    kernel = (
+        _busy_kernel()
+        if len(group) > _COMPILE_ABOVE
+        and group.dtype.kind in "iu"
+        and start.dtype == np.int64
+        and end.dtype == np.int64
+        else None
+    )
+    if kernel is not None:  # one pass in sorted order, no row-sized temporaries
+        base = int(start.min())
+        span = int(end.max() - base) + 1
+        sums = np.empty(len(group), dtype=np.int64)
+        heads = np.empty(len(group), dtype=group.dtype)
+        n = kernel(o, group, start, end, base, span, sums, heads)
+        return pd.Series(sums[:n], index=heads[:n])
     g, s, e = group[o], start[o].astype(np.int64), end[o].astype(np.int64)
     new_group = np.r_[True, g[1:] != g[:-1]]
     # A running max of ends within each group: lift each group above the previous one so a
@@ -49,6 +66,47 @@ def busy_ns_by_group(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> p
     # The groups are contiguous once sorted: one reduction per run, no grouping by hash.
     first = np.flatnonzero(new_group)
     return pd.Series(np.add.reduceat(add, first), index=g[first])
+
+
+def _busy_loop(o, group, start, end, base, span, sums, heads) -> int:
+    """The sums of :func:`busy_ns_by_group` over the rows in order ``o``, by the same integer
+    expressions, into ``sums`` (per group) and ``heads`` (its id); returns the group count."""
+    k = -1
+    top = 0  # the running max of the lifted ends
+    prev_end = base  # the previous row's running end
+    for i in range(len(o)):
+        j = o[i]
+        new = i == 0 or group[j] != group[o[i - 1]]
+        if new:
+            k += 1
+            sums[k] = 0
+            heads[k] = group[j]
+        lift = k * span
+        lifted = end[j] - base + lift
+        if i == 0 or lifted > top:
+            top = lifted
+        if new:
+            sums[k] += end[j] - start[j]
+        else:
+            reach = start[j] if start[j] > prev_end else prev_end
+            if end[j] - reach > 0:
+                sums[k] += end[j] - reach
+        prev_end = top - lift + base
+    return k + 1
+
+
+#: Above this many intervals the busy times are summed by the compiled loop (numba is loaded
+#: by then: a graph of this many events replays compiled).
+_COMPILE_ABOVE = 1_000_000
+
+
+@functools.cache
+def _busy_kernel():
+    """The compiled :func:`_busy_loop`, or None (see ``tracediag.io.compiled``)."""
+    from tracediag.io.compiled import compiled
+
+    one = np.zeros(2, dtype=np.int64)
+    return compiled(_busy_loop, np.arange(2), one, one, one + 1, 0, 2, one.copy(), one.copy())
 
 
 def overlap_pairs(start, end, win_start, win_end):

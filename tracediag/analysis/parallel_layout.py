@@ -243,7 +243,15 @@ def _layer_count(trace: S.Trace) -> int:
     ev = trace.events
     if S.LAYER not in ev:
         return 0
-    names = pd.Series(ev[S.LAYER].dropna().astype(str).unique())
+    col = ev[S.LAYER]
+    if isinstance(col.dtype, pd.CategoricalDtype) and (
+        pd.api.types.infer_dtype(col.cat.categories, skipna=False) == "string"
+    ):
+        # The distinct names are the categories some row uses: no text per event.
+        used = np.bincount(col.cat.codes.to_numpy() + 1, minlength=len(col.cat.categories) + 1)
+        names = pd.Series(np.asarray(col.cat.categories, dtype=object)[used[1:] > 0])
+    else:
+        names = pd.Series(col.dropna().astype(str).unique())
     return int(names.str.match(r"(layer|block|layers)[._]?\d+").sum())
 
 
@@ -263,9 +271,8 @@ def _reduces_in_forward(trace: S.Trace, fam: pd.DataFrame) -> bool:
     ops = coll[S.COLL_OP].astype(str).str.lower().to_numpy()
     mine = group_members(coll).isin(set(fam["members"])).to_numpy()
     rows = coll[mine & np.isin(ops, list(_REDUCTIONS))]
-    index = ev[S.LAYER].astype(str).str.extract(_LAYER_INDEX, expand=False).astype("Float64")
-    layered = (ev[S.KIND] == "compute").to_numpy() & index.notna().to_numpy()
-    index = index.to_numpy(dtype=np.float64, na_value=np.nan)
+    index = _layer_indexes(ev[S.LAYER])
+    layered = (ev[S.KIND] == "compute").to_numpy() & ~np.isnan(index)
     runs = []
     for rank, own in rows.groupby(S.RANK):
         c = np.flatnonzero(layered & (ev[S.RANK] == rank).to_numpy())
@@ -276,6 +283,22 @@ def _reduces_in_forward(trace: S.Trace, fam: pd.DataFrame) -> bool:
         breaks = np.flatnonzero(np.r_[True, ~rise, True])
         runs.append(int(np.diff(breaks).max()) - 1 if len(rise) else 0)
     return bool(runs) and float(np.median(runs)) >= 2
+
+
+def _layer_indexes(col: pd.Series) -> np.ndarray:
+    """Per row: the layer number its layer name states (``layers.3`` -> 3.0), NaN where none.
+    A categorical of names is read by category (the few names, then their codes)."""
+
+    def of(names: pd.Series) -> np.ndarray:
+        found = names.astype(str).str.extract(_LAYER_INDEX, expand=False).astype("Float64")
+        return found.to_numpy(dtype=np.float64, na_value=np.nan)
+
+    if isinstance(col.dtype, pd.CategoricalDtype) and (
+        pd.api.types.infer_dtype(col.cat.categories, skipna=False) == "string"
+    ):
+        per_name = of(pd.Series(np.asarray(col.cat.categories, dtype=object)))
+        return np.append(per_name, np.nan)[col.cat.codes.to_numpy()]  # code -1: the NaN
+    return of(col)
 
 
 def _classify(trace, fams, stage, notes) -> dict[str, pd.DataFrame]:

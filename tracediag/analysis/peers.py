@@ -8,6 +8,8 @@ hardware's peak.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 
@@ -139,6 +141,21 @@ def median_of_others(group: np.ndarray, values: np.ndarray) -> np.ndarray:
         return np.zeros(0)
     o = _group_value_order(np.asarray(group), np.asarray(values))
     g, v = group[o], values[o].astype(np.float64)
+    kernel = _median_kernel() if n > _COMPILE_ABOVE and g.dtype.kind in "iu" else None
+    if kernel is not None:  # one pass over the sorted rows, no row-sized temporaries
+        med = np.empty(n)
+        kernel(g, v, med)
+    else:
+        med = _others_median_arrays(g, v)
+    out = np.empty(n)
+    out[o] = med
+    return out
+
+
+def _others_median_arrays(g: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Per row of ``g`` (sorted) and ``v`` (sorted within each run of ``g``): the median of the
+    other rows of its run, NaN for a row alone."""
+    n = len(v)
     first = np.r_[0, np.flatnonzero(g[1:] != g[:-1]) + 1]
     sizes = np.diff(np.r_[first, n])
     # In a sorted group of k, dropping the element at index i leaves m = k-1: their middle
@@ -153,9 +170,43 @@ def median_of_others(group: np.ndarray, values: np.ndarray) -> np.ndarray:
     hi_i += hi_i >= at
     med = (v[lo_i] + v[hi_i]) / 2
     med[first[m == 0]] = np.nan
-    out = np.empty(n)
-    out[o] = med
-    return out
+    return med
+
+
+def _others_median_loop(g, v, med) -> None:
+    """:func:`_others_median_arrays` into ``med``, as one loop (compiled by numba)."""
+    n = len(g)
+    i = 0
+    while i < n:
+        j = i + 1
+        while j < n and g[j] == g[i]:
+            j += 1
+        m = j - i - 1  # the others of each row of the run i:j
+        for at in range(i, j):
+            if m == 0:
+                med[at] = np.nan
+                continue
+            lo = i + (m - 1) // 2
+            if lo >= at:
+                lo += 1
+            hi = i + m // 2
+            if hi >= at:
+                hi += 1
+            med[at] = (v[lo] + v[hi]) / 2
+        i = j
+
+
+#: Above this many rows the medians are taken by the compiled loop (numba is loaded by then:
+#: a graph of this many events replays compiled).
+_COMPILE_ABOVE = 1_000_000
+
+
+@functools.cache
+def _median_kernel():
+    """The compiled :func:`_others_median_loop`, or None (see ``tracediag.io.compiled``)."""
+    from tracediag.io.compiled import compiled
+
+    return compiled(_others_median_loop, np.zeros(2, np.int64), np.zeros(2), np.empty(2))
 
 
 def _group_value_order(group: np.ndarray, values: np.ndarray) -> np.ndarray:

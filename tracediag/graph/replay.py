@@ -74,14 +74,75 @@ def _smallest(nodes, values):
     return nodes[first], values[first]
 
 
+class _Patch:
+    """A change as the new duration and ``w`` (gap + duration) of each node it sets, ``nodes``
+    (each once, ascending): the node-sized arrays with the change made are built only when
+    something reads every node (``dur``, ``w``), which most windowed replays never do."""
+
+    def __init__(self, graph: Graph, change: WhatIf | None) -> None:
+        self.graph = graph
+        empty = np.zeros(0, dtype=np.int64)
+        dn = dv = gn = gv = None
+        if change is not None:
+            if change.dur_nodes is not None and len(change.dur_nodes):
+                dn, dv = change.dur_nodes, change.dur_values
+            if change.gap_nodes is not None and len(change.gap_nodes):
+                gn, gv = change.gap_nodes, change.gap_values
+        parts = [x for x in (dn, gn) if x is not None]
+        nodes = np.sort(np.concatenate(parts)) if parts else empty  # each once (np.unique
+        self.nodes = nodes[np.r_[True, nodes[1:] != nodes[:-1]]] if len(nodes) else nodes  # hashes)
+        # Set as on the whole arrays (a node given twice keeps its last value): one index into
+        # ``nodes`` per entry of the change.
+        self.dur_at = graph.dur[self.nodes]
+        if dn is not None:
+            self.dur_at[np.searchsorted(self.nodes, dn)] = np.maximum(dv, 0)
+        gap_at = graph.gap[self.nodes]
+        if gn is not None:
+            gap_at[np.searchsorted(self.nodes, gn)] = gv
+        self.w_at = gap_at + self.dur_at
+        self.dur_changed = bool((self.dur_at != graph.dur[self.nodes]).any())
+
+    @functools.cached_property
+    def dur(self) -> np.ndarray:
+        """Every node's duration with the change made."""
+        if not self.dur_changed:
+            return self.graph.dur
+        dur = self.graph.dur.copy()
+        dur[self.nodes] = self.dur_at
+        return dur
+
+    @functools.cached_property
+    def w(self) -> np.ndarray:
+        """Every node's gap + duration with the change made."""
+        w = self.graph.gap + self.graph.dur
+        w[self.nodes] = self.w_at
+        return w
+
+    def w_of(self, idx: np.ndarray) -> np.ndarray:
+        """Gap + duration with the change made at the nodes ``idx``."""
+        if "w" in self.__dict__:
+            return self.w[idx]
+        out = self.graph.gap[idx] + self.graph.dur[idx]
+        if len(self.nodes):
+            pos = np.minimum(np.searchsorted(self.nodes, idx), len(self.nodes) - 1)
+            hit = self.nodes[pos] == idx
+            out[hit] = self.w_at[pos[hit]]
+        return out
+
+
 class ReplayResult:
     """A replay's node times: ``start`` and ``end`` (ns, per node), ``window`` the nodes that
     define the window (Graph.window). The per-node arrays are made when first read: most
     what-ifs ask only ``length_ns``, which reads the window's nodes alone."""
 
-    def __init__(self, end_a, anchor_slot, offset, dur, window) -> None:
-        self._end_a, self._slot, self._offset, self._dur = end_a, anchor_slot, offset, dur
+    def __init__(self, end_a, anchor_slot, offset, dur, window, patch: _Patch | None = None):
+        self._end_a, self._slot, self._offset = end_a, anchor_slot, offset
+        self._dur_given, self._patch = dur, patch
         self.window = window
+
+    @property
+    def _dur(self) -> np.ndarray:
+        return self._dur_given if self._patch is None else self._patch.dur
 
     @functools.cached_property
     def end(self) -> np.ndarray:
@@ -100,13 +161,36 @@ class ReplayResult:
         w = self.window
         kernel = _span_kernel() if len(w) > _COMPILE_ABOVE_NODES and w.dtype == bool else None
         if kernel is not None:  # one pass, no window-sized temporaries (each costs page faults)
+            span = self._kernel_span(kernel, w)
+            if span is not None:
+                return span
+        end = self._end_a[self._slot[w]] + self._offset[w]  # the same sums as ``end``'s
+        return int(end.max() - (end - self._dur[w]).min())
+
+    def _kernel_span(self, kernel, w) -> int | None:
+        """The span by the compiled pass. With durations changed and not yet made into a
+        node-sized array, the pass reads the unchanged durations of the nodes the change
+        leaves alone, and the changed nodes' starts and ends are taken in apart."""
+        patch = self._patch
+        if patch is None or not patch.dur_changed or "dur" in patch.__dict__:
             found, last_end, first_start = kernel(
                 self._end_a, self._slot, self._offset, self._dur, w
             )
-            if found:
-                return int(last_end - first_start)
-        end = self._end_a[self._slot[w]] + self._offset[w]  # the same sums as ``end``'s
-        return int(end.max() - (end - self._dur[w]).min())
+            return int(last_end - first_start) if found else None
+        mask = w.copy()
+        mask[patch.nodes] = False
+        found, last_end, first_start = kernel(
+            self._end_a, self._slot, self._offset, patch.graph.dur, mask
+        )
+        mine = w[patch.nodes]
+        nodes = patch.nodes[mine]
+        if len(nodes):
+            end = self._end_a[self._slot[nodes]] + self._offset[nodes]
+            start = end - patch.dur_at[mine]
+            last_end = max(last_end, end.max()) if found else end.max()
+            first_start = min(first_start, start.min()) if found else start.min()
+            found = True
+        return int(last_end - first_start) if found else None
 
 
 def _window_span(end_a, slot, offset, dur, w):
@@ -174,6 +258,7 @@ class _Plan:
     # The unchanged graph's replay, made on the first replay: anchor ends, chain offsets.
     base_end_a: np.ndarray | None = None
     base_offset: np.ndarray | None = None
+    base_w_loop: np.ndarray | None = None  # the loop anchors' unchanged gap + duration
     slot_nodes: np.ndarray | None = None  # nodes by the slot of their chain, made when needed:
     slot_ptr: np.ndarray | None = None  # slot s's are slot_nodes[slot_ptr[s]:slot_ptr[s + 1]]
 
@@ -355,43 +440,46 @@ def replay(graph: Graph, change: WhatIf | None = None) -> ReplayResult:
     once per graph). The times are the full pass's, bit for bit: an anchor none of whose inputs
     moved keeps its end. Chain offsets are recomputed only when a chain member changed.
     """
-    dur, gap = graph.dur, graph.gap
-    nodes = np.zeros(0, dtype=np.int64)
-    if change is not None:
-        if change.dur_nodes is not None and len(change.dur_nodes):
-            dur = dur.copy()
-            dur[change.dur_nodes] = np.maximum(change.dur_values, 0)
-            nodes = change.dur_nodes
-        if change.gap_nodes is not None and len(change.gap_nodes):
-            gap = gap.copy()
-            gap[change.gap_nodes] = change.gap_values
-            nodes = np.concatenate([nodes, change.gap_nodes])
+    patch = _Patch(graph, change)
     plan = _plan(graph)
-    w = gap + dur
     if not plan.windowed:
-        end_a, offset = _full(graph, plan, dur, w)
-        return _result(graph, plan, end_a, offset, dur)
+        end_a, offset = _full(graph, plan, patch.dur, patch.w)
+        return _result(graph, plan, end_a, offset, patch)
     if plan.base_end_a is None:
         plan.base_end_a, plan.base_offset = _full(graph, plan, graph.dur, graph.gap + graph.dur)
-    end_a, offset = _windowed(graph, plan, dur, w, nodes)
-    return _result(graph, plan, end_a, offset, dur)
+    end_a, offset = _windowed(graph, plan, patch)
+    return _result(graph, plan, end_a, offset, patch)
 
 
-def _windowed(graph: Graph, plan: _Plan, dur, w, nodes):
-    """Anchor ends and chain offsets with ``dur`` and ``w`` changed at ``nodes`` at most (a
-    node may come twice), from the unchanged replay's."""
-    base_w = graph.gap[nodes] + graph.dur[nodes]
-    moved_w = nodes[w[nodes] != base_w]
+def _loop_w(graph: Graph, plan: _Plan, patch: _Patch) -> np.ndarray:
+    """The loop anchors' gap + duration with the change made: the unchanged ones (kept in the
+    plan) with the changed anchors' set."""
+    if plan.base_w_loop is None:
+        plan.base_w_loop = graph.gap[plan.loop] + graph.dur[plan.loop]
+    w_loop = plan.base_w_loop.copy()
+    nodes = patch.nodes
+    at = plan.slot_loop[plan.anchor_slot[nodes]]
+    own = (at >= 0) & (plan.anchors[plan.anchor_slot[nodes]] == nodes)
+    w_loop[at[own]] = patch.w_at[own]
+    return w_loop
+
+
+def _windowed(graph: Graph, plan: _Plan, patch: _Patch):
+    """Anchor ends and chain offsets with the durations and ``w`` of ``patch.nodes`` changed
+    at most, from the unchanged replay's."""
+    nodes, dur_at = patch.nodes, patch.dur_at
+    moved_w = nodes[patch.w_at != graph.gap[nodes] + graph.dur[nodes]]
     slot = plan.anchor_slot
     # A chain member's new w moves the offsets below it on its chain; a root's duration moves
     # its end (its gap counts for nothing); a loop anchor's w moves its own end.
     chain = moved_w[plan.single[moved_w]]
     looped = plan.slot_loop[slot[moved_w]]
     looped = looped[(looped >= 0) & ~plan.single[moved_w]]
-    roots = nodes[(dur[nodes] != graph.dur[nodes]) & (plan.anchors[slot[nodes]] == nodes)]
-    roots = roots[plan.slot_loop[slot[roots]] < 0]
+    is_root = (dur_at != graph.dur[nodes]) & (plan.anchors[slot[nodes]] == nodes)
+    is_root &= plan.slot_loop[slot[nodes]] < 0
+    roots, root_end = nodes[is_root], graph.start[nodes[is_root]] + dur_at[is_root]
     if len(chain):
-        offset, base_src = _changed_offsets(plan, w, slot[chain]), None
+        offset, base_src = _changed_offsets(plan, patch, slot[chain]), None
     else:  # unchanged offsets: the interpreted loop reuses their per-edge list too
         offset = plan.base_offset
         base_src = plan.base_lists[1] if plan.edge_ptr[-1] <= _COMPILE_ABOVE_EDGES else None
@@ -402,22 +490,20 @@ def _windowed(graph: Graph, plan: _Plan, dur, w, nodes):
     )
     if k >= len(plan.loop):  # nothing reads what changed
         end_a = plan.base_end_a.copy()
-        end_a[slot[roots]] = graph.start[roots] + dur[roots]
+        end_a[slot[roots]] = root_end
         return end_a, offset
     horizon = max(int(plan.last_read[read].max(initial=-1)), int(looped.max(initial=-1)))
     if base_src is not None:  # interpreted: start from the unchanged ends' list
         end_a = list(plan.base_lists[0])
-        for s, e in zip(
-            slot[roots].tolist(), (graph.start[roots] + dur[roots]).tolist(), strict=True
-        ):
+        for s, e in zip(slot[roots].tolist(), root_end.tolist(), strict=True):
             end_a[s] = e
     else:
         end_a = plan.base_end_a.copy()
-        end_a[slot[roots]] = graph.start[roots] + dur[roots]
-    return _loop(plan, end_a, offset, w[plan.loop], k, horizon, base_src), offset
+        end_a[slot[roots]] = root_end
+    return _loop(plan, end_a, offset, _loop_w(graph, plan, patch), k, horizon, base_src), offset
 
 
-def _changed_offsets(plan: _Plan, w: np.ndarray, slots: np.ndarray) -> np.ndarray:
+def _changed_offsets(plan: _Plan, patch: _Patch, slots: np.ndarray) -> np.ndarray:
     """Chain offsets with ``w`` changed on the chains of ``slots`` only: pointer jumping over
     those chains' nodes (a chain holds its members' parents), the others' offsets unchanged."""
     if plan.slot_ptr is None:  # nodes grouped by the slot of their chain
@@ -429,12 +515,12 @@ def _changed_offsets(plan: _Plan, w: np.ndarray, slots: np.ndarray) -> np.ndarra
     slots = slots[np.r_[True, slots[1:] != slots[:-1]]]
     lo, hi = plan.slot_ptr[slots], plan.slot_ptr[slots + 1]
     size = hi - lo
-    if size.sum() * 8 > len(w):  # dense: one pass over every node costs less
-        return _chain_offsets(plan, w)
+    if size.sum() * 8 > len(plan.single):  # dense: one pass over every node costs less
+        return _chain_offsets(plan, patch.w)
     nodes = np.sort(
         plan.slot_nodes[np.repeat(lo - np.cumsum(size) + size, size) + np.arange(size.sum())]
     )
-    acc = np.where(plan.single[nodes], w[nodes], 0)
+    acc = np.where(plan.single[nodes], patch.w_of(nodes), 0)
     jump = np.searchsorted(nodes, plan.parent[nodes])
     for _ in range(plan.rounds):  # as _chain_offsets, on these nodes alone
         acc = acc + acc[jump]
@@ -444,5 +530,5 @@ def _changed_offsets(plan: _Plan, w: np.ndarray, slots: np.ndarray) -> np.ndarra
     return offset
 
 
-def _result(graph: Graph, plan: _Plan, end_a: np.ndarray, offset: np.ndarray, dur: np.ndarray):
-    return ReplayResult(end_a, plan.anchor_slot, offset, dur, graph.window)
+def _result(graph: Graph, plan: _Plan, end_a: np.ndarray, offset: np.ndarray, patch: _Patch):
+    return ReplayResult(end_a, plan.anchor_slot, offset, graph.dur, graph.window, patch)
