@@ -39,7 +39,7 @@ from tracediag.parsers.neuron_common import rank_from_name
 from tracediag.parsers.neuron_part import Piece, finish_part
 from tracediag.parsers.neuron_system_work import execution_work
 from tracediag.parsers.perfetto_decode import decode
-from tracediag.parsers.perfetto_rows import merge_serial_rows
+from tracediag.parsers.perfetto_rows import merge_serial_rows, name_engine_queues
 from tracediag.parsers.perfetto_sniff import FORMAT, sniff  # noqa: F401 (the reader's declaration)
 from tracediag.parsers.perfetto_system import (
     CPU_FIELD,
@@ -81,10 +81,8 @@ def read(path: Path) -> list[RankPart]:
     fields = E.fields(ann, len(sl))
     events = _events(d, sl, fields, table, owner)
     rank = table["rank"].reindex(sl["track"].to_numpy()).to_numpy(dtype=np.int64)
-    # Rows drawn round robin: one serial stream again.
-    moved = merge_serial_rows(events, rank) if tracks.neuron == "device" and not tracks.ours else 0
-    if moved:
-        counts["slices on display rows of a serial engine: moved to its track"] = moved
+    if tracks.neuron == "device" and not tracks.ours:
+        _device_tracks(events, ann, rank, counts)
     system: dict = {}
     if tracks.neuron == "system" or (not tracks.ours and is_system_trace(events[S.NAME])):
         tracks.neuron = "system"  # ranks, hardware slices: perfetto_system
@@ -155,6 +153,18 @@ def _rank_of_path(path: Path) -> tuple[int | None, str]:
         if rank is not None:
             return rank, source
     return None, "default"
+
+
+def _device_tracks(events: pd.DataFrame, ann: pd.DataFrame, rank: np.ndarray, counts) -> None:
+    """A device trace's engine rows as the other Neuron readers' tracks, in place: rows drawn
+    round robin one serial stream again, a DMA engine's transfers on their queue's ring."""
+    if moved := merge_serial_rows(events, rank):
+        counts["slices on display rows of a serial engine: moved to its track"] = moved
+    text = device.annotations(ann, device.QUEUE_FIELDS, len(events))
+    named = pd.Series(text[device.QUEUE_FIELDS[0]], dtype=object)
+    for f in device.QUEUE_FIELDS[1:]:
+        named = named.fillna(pd.Series(text[f], dtype=object))
+    name_engine_queues(events, rank, named.to_numpy(dtype=object))
 
 
 def _events(d, sl: pd.DataFrame, fields: dict, table: pd.DataFrame, owner) -> pd.DataFrame:

@@ -58,3 +58,44 @@ def merge_serial_rows(events: pd.DataFrame, rank: np.ndarray) -> int:
     new_code[rows[moved]] = cats.get_indexer(bases[engine[moved]])
     events[TRACK_LABEL] = pd.Categorical.from_codes(new_code, cats)
     return int(moved.sum())
+
+
+def name_engine_queues(events: pd.DataFrame, rank: np.ndarray, queue: np.ndarray) -> int:
+    """Relabel, in place, the DMA slices of a ``dma engine <n>`` track with the queue they name
+    (``queue``: per slice, its queue annotation, None where absent), as the other Neuron
+    readers label a ring's transfers: ``<queue>/ring<n>`` when several engines serve the queue
+    on that rank, the queue alone when one does. Only an engine whose every slice names one
+    and the same queue is relabelled (an engine serving several queues stays one serial
+    track). Returns how many slices were relabelled."""
+    labels = events[TRACK_LABEL].cat.categories.astype(str)
+    number = pd.to_numeric(labels.str.extract(r"^dma engine (\d+)$")[0], errors="coerce")
+    code = events[TRACK_LABEL].cat.codes.to_numpy()
+    is_dma = (events[S.KIND] == "dma").to_numpy(dtype=bool) & (code >= 0)
+    on_engine = is_dma & np.isfinite(number.to_numpy(dtype=np.float64))[np.maximum(code, 0)]
+    rows = np.flatnonzero(on_engine)
+    if not len(rows):
+        return 0
+    q = pd.Series(queue[rows], dtype=object)
+    slices = pd.DataFrame({"rank": rank[rows], "engine": code[rows], "queue": q})
+    per = slices.groupby(["rank", "engine"])["queue"].agg(["nunique", "count", "size", "first"])
+    one = per[(per["nunique"] == 1) & (per["count"] == per["size"])].reset_index()
+    if not len(one):
+        return 0
+    served = one.groupby(["rank", "first"])["engine"].transform("size").to_numpy()
+    ring = number.to_numpy()[one["engine"].to_numpy()].astype(np.int64)
+    one["label"] = np.where(
+        served > 1, one["first"] + "/ring" + ring.astype(str).astype(object), one["first"]
+    )
+    # (rank, engine) as one integer per slice: no tuple per row.
+    rank_code, ranks = pd.factorize(rank[rows])
+    width = len(labels)
+    per_slice = rank_code.astype(np.int64) * width + code[rows]
+    per_engine = pd.Index(ranks).get_indexer(one["rank"]).astype(np.int64) * width + one["engine"]
+    at = pd.Index(per_engine.to_numpy()).get_indexer(per_slice)
+    hit = at >= 0
+    new = pd.Index(one["label"].unique())
+    cats = labels.append(new[~new.isin(labels)])
+    new_code = code.copy()
+    new_code[rows[hit]] = cats.get_indexer(one["label"].to_numpy()[at[hit]])
+    events[TRACK_LABEL] = pd.Categorical.from_codes(new_code, cats)
+    return int(hit.sum())

@@ -179,3 +179,25 @@ def test_rows_drawn_round_robin_of_a_serial_engine_are_one_track(tmp_path):
     labels = part.events.groupby("track_label", observed=True).size().to_dict()
     assert labels == {"tensor": 4, "vector": 1, "vector/row1": 1}
     assert part.meta.repairs["slices on display rows of a serial engine: moved to its track"] == 3
+
+
+def test_dma_engine_tracks_take_the_queue_their_slices_name(tmp_path):
+    """``DMA Engine <n>`` tracks whose transfers name their queue (``subgroup``) become that
+    queue's rings, as the Parquet reader names them (``qSyncIO0/ring<n>``); a queue one engine
+    serves is the queue alone; an engine serving two queues stays one serial track."""
+    b = TraceBuilder()
+    b.track(1, process=(7, "Instructions [1]"))
+    b.track(39, "TensorMatrix Engine - Row 0", parent=1)
+    for uuid, n in ((40, 3), (41, 4), (42, 5), (43, 6)):
+        b.track(uuid, f"DMA Engine {n} - Row 0", parent=1)
+    b.slice(39, T0 + 400, 100, "MATMUL")
+    b.slice(40, T0, 100, "w", annotations=[("subgroup", "qSyncIO0"), ("transfer_size", 4096)])
+    b.slice(41, T0, 100, "w", annotations=[("subgroup", "qSyncIO0"), ("transfer_size", 4096)])
+    b.slice(42, T0, 100, "a", annotations=[("subgroup", "qSyncIO1"), ("transfer_size", 4096)])
+    for t, q in ((T0, "qSyncIO2"), (T0 + 200, "qSyncIO3")):
+        b.slice(43, t, 100, "x", annotations=[("subgroup", q), ("transfer_size", 4096)])
+    part = perfetto.read(b.write(tmp_path / "device_profile_model_1.pftrace"))[0]
+    labels = part.events.groupby("track_label", observed=True).size().to_dict()
+    assert labels == {
+        "tensor": 1, "qSyncIO0/ring3": 1, "qSyncIO0/ring4": 1, "qSyncIO1": 1, "dma engine 6": 2,
+    }  # fmt: skip

@@ -234,7 +234,7 @@ def test_every_layout_of_the_run_gives_the_truth(tmp_path, cause, seed):
     and above from every layout of the run (device-only families compared between the device
     layouts)."""
     run = write_run(tmp_path, CAUSES[cause], seed)
-    bad, device_sets, system_sets = {}, {}, {}
+    bad, device_sets, system_sets, dma_queues = {}, {}, {}, {}
     for layout in LAYOUTS:
         job, diag, err = _load(run, layout)
         if err:
@@ -244,6 +244,10 @@ def test_every_layout_of_the_run_gives_the_truth(tmp_path, cause, seed):
         system_sets[layout] = _warn_set(diag, exclude=DEVICE_ONLY)
         if layout in DEVICE_LAYOUTS:
             device_sets[layout] = _warn_set(diag)
+            # DMA findings name the same queue whatever the layout draws (rings, rows, engines)
+            dma_queues[layout] = {
+                (f.code, f.track) for f in diag.at_or_above("warning") if f.code.startswith("DMA")
+            }
         if (cause, seed) == CLI_RUN and layout in CLI_LAYOUTS:
             bad.update(_cli_check(run, layout, diag))
     if (
@@ -251,6 +255,8 @@ def test_every_layout_of_the_run_gives_the_truth(tmp_path, cause, seed):
         or len({frozenset(s) for s in device_sets.values()}) != 1
     ):
         bad["same-device"] = f"warning+ (code, ranks) by device layout: {device_sets}"
+    if len({frozenset(s) for s in dma_queues.values()}) > 1:
+        bad["same-dma-queue"] = f"warning+ DMA (code, queue) by device layout: {dma_queues}"
     if len(system_sets) < len(LAYOUTS) or len({frozenset(s) for s in system_sets.values()}) != 1:
         bad["same-all"] = f"warning+ (code, ranks) without {DEVICE_ONLY} by layout: {system_sets}"
     known = KNOWN.get((cause, seed), {})
