@@ -324,11 +324,11 @@ def typical_bandwidth(
 
 def per_transfer(dma: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     """One row per transfer of ``dma`` (rows of :func:`dma_frame`): the packets of a rank that
-    share a ``transfer`` id, a packet without one on its own. Its rank, queue, direction, tensor
-    and first packet (``event``, ``first_row`` into ``dma``) are its first packet's; ``ts`` the
-    first packet's start, ``dur`` the span to the last packet's end, ``bytes`` the packets' sum
-    (NaN when none states a size), ``bw`` bytes over the span and ``packets`` their number;
-    with, per row of ``dma``, its transfer (a row of the result), for the per-packet changes.
+    share a ``transfer`` id, a packet without one on its own. Its ``event``, rank, queue,
+    direction and tensor are its first row's; ``ts`` its earliest packet's start, ``dur`` the
+    span to its last packet's end, ``bytes`` the packets' sum (NaN when none states a size),
+    ``bw`` bytes over the span and ``packets`` their number; with, per row of ``dma``, its
+    transfer (a row of the result), for the per-packet changes.
 
     A transfer's descriptors are the vendor's unit of DMA efficiency (the 32 KiB target is per
     transfer, not per packet): a transfer served by several rings at once moves its packets in
@@ -352,7 +352,6 @@ def per_transfer(dma: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     stated = np.bincount(group[known], minlength=m) > 0
     out = dma.iloc[first][["event", "rank", "track", "queue", "tensor", "direction"]]
     out = out.reset_index(drop=True).assign(
-        first_row=first,
         ts=start,
         dur=stop - start,
         bytes=np.where(stated, total, np.nan),
@@ -371,5 +370,5 @@ def transfer_count(rows: pd.DataFrame) -> int:
     own = transfer < 0
     if own.all():
         return len(rows)
-    keyed = np.unique(rows["rank"].to_numpy(dtype=np.int64)[~own] << 40 | transfer[~own])
-    return int(own.sum()) + len(keyed)
+    pairs = np.column_stack([rows["rank"].to_numpy(dtype=np.int64)[~own], transfer[~own]])
+    return int(own.sum()) + len(np.unique(pairs, axis=0))
