@@ -95,7 +95,16 @@ def floats(col: pd.Series | None, n: int) -> np.ndarray:
     """A numeric column as float64 with NaN for missing; absent -> all NaN."""
     if col is None:
         return np.full(n, np.nan)
+    if pd.api.types.is_numeric_dtype(col.dtype) and not pd.api.types.is_bool_dtype(col.dtype):
+        # Already numbers (Int64, float64): what to_numeric gives, without its copy and scan.
+        return col.to_numpy(dtype=np.float64, na_value=np.nan)
     return pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def several(values: np.ndarray) -> bool:
+    """Whether ``values`` hold more than one distinct value (``len(np.unique(values)) > 1``
+    without hashing or sorting them)."""
+    return bool(len(values)) and bool((values != values[0]).any())
 
 
 def labels(col: pd.Series | None, n: int) -> pd.Categorical:

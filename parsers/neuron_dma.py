@@ -26,6 +26,7 @@ from tracediag.parsers.neuron_common import (
     ints,
     labels,
     numbered,
+    several,
 )
 from tracediag.parsers.neuron_dma_lanes import serial_lanes
 from tracediag.parsers.neuron_events import event_frame, times
@@ -60,7 +61,7 @@ def dma_events(df: pd.DataFrame, device: str) -> pd.DataFrame:
 def _per_pcore(queue: pd.Categorical, df: pd.DataFrame) -> pd.Categorical:
     """Queue labels with ``/pcore<i>`` appended when the table holds several physical cores."""
     pcore, pvalid = ints(column(df, "pcore_idx"), len(df))
-    if len(np.unique(pcore[pvalid])) <= 1:
+    if not several(pcore[pvalid]):
         return queue
     pair = queue.codes.astype(np.int64) << 32 | np.where(pvalid, pcore + 1, 0)
     codes, uniq = pd.factorize(pair)

@@ -72,7 +72,7 @@ def _blocks(dma: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     d, d_ok = ints(dur, n)
     valid = valid & s_ok & d_ok
     block_of = np.full(n, -1, dtype=np.int64)
-    _, block_of[valid] = np.unique(agg[valid], return_inverse=True)
+    block_of[valid] = pd.factorize(agg[valid], sort=True)[0]  # np.unique's inverse, by hash
     queue_code, engine = _queue_engines(column(dma, "queue_name"), n)
     pcore, _ = ints(column(dma, "pcore_idx"), n)
     p = pd.DataFrame(

@@ -26,6 +26,7 @@ from tracediag.parsers.neuron_common import (
     labels,
     normalise_engines,
     numbered,
+    several,
 )
 from tracediag.parsers.neuron_kernel_fields import (
     elementwise_counts,
@@ -80,7 +81,7 @@ def instruction_events(df: pd.DataFrame, device: str) -> pd.DataFrame:
     engine = normalise_engines(df["engine"])
     pcore, pvalid = ints(column(df, "pcore_idx"), n)
     label = engine
-    if len(np.unique(pcore[pvalid])) > 1:
+    if several(pcore[pvalid]):
         # One label per distinct (engine, pcore) pair, formatted once per pair.
         pair = engine.codes.astype(np.int64) << 32 | np.where(pvalid, pcore + 1, 0)
         codes, uniq = pd.factorize(pair)

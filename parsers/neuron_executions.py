@@ -48,6 +48,27 @@ def _engine_codes(instr: pd.DataFrame) -> np.ndarray:
     return engine.astype(np.int64) * 1024 + pcore
 
 
+def _small_keys(key: np.ndarray) -> np.ndarray:
+    """``key`` shifted to start at 0 and narrowed to int16 when its range fits: the same order,
+    and numpy's stable sort of 16-bit integers is a radix sort (one pass, not a merge sort)."""
+    lo, hi = int(key.min(initial=0)), int(key.max(initial=0))
+    return (key - lo).astype(np.int16) if hi - lo < np.iinfo(np.int16).max else key
+
+
+def _stable_by(key: np.ndarray) -> np.ndarray:
+    """The positions of ``key`` sorted stably (ties: position order), as
+    ``np.lexsort((np.arange(n), key))`` gives them."""
+    return np.argsort(_small_keys(key), kind="stable")
+
+
+def _by_key_then_time(key: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """The positions sorted by ``key``, then ``s``, then position, as
+    ``np.lexsort((np.arange(n), s, key))`` gives them: two stable sorts (the times are nearly
+    in order already, the keys few), not a three-key lexsort."""
+    in_time = np.argsort(s, kind="stable")
+    return in_time[_stable_by(key[in_time])]
+
+
 def _combined_codes(codes: list[np.ndarray]) -> np.ndarray:
     """One non-negative code per distinct tuple of the (non-negative) ``codes`` row by row, by
     arithmetic on the codes (no tuple per row); renumbered where the product would overflow."""
@@ -72,19 +93,22 @@ TEXT_KEYS = ("opcode", "operands", "hlo_name")
 RUN_AGAIN = 3
 
 
-def _repeats_first(instr: pd.DataFrame) -> np.ndarray | None:
+def _repeats_first(
+    instr: pd.DataFrame, engine: np.ndarray | None = None, s: np.ndarray | None = None
+) -> np.ndarray | None:
     """Per instruction: whether it and the next :data:`RUN_AGAIN` - 1 of its engine have the
     text (:data:`TEXT_KEYS`: opcode with operands or HLO name) of the engine's first ones in
     time (where either run is cut short by the engine's end, the part both have); None without
-    such text."""
+    such text. ``engine`` (:func:`_engine_codes`) and ``s`` (the starts): given when the caller
+    has them already."""
     cols = [c for c in TEXT_KEYS if c in instr]
     if "opcode" not in cols or len(cols) < 2:
         return None
-    engine = _engine_codes(instr)
+    engine = _engine_codes(instr) if engine is None else engine
     codes = [pd.factorize(instr[c], use_na_sentinel=False)[0].astype(np.int64) for c in cols]
     text = _combined_codes([*codes, engine])  # only compared for equality
-    s, _ = _start_end(instr)
-    o = np.lexsort((np.arange(len(s)), s, engine))  # each engine's instructions in time order
+    s = _start_end(instr)[0] if s is None else s
+    o = _by_key_then_time(engine, s)  # each engine's instructions in time order
     eng, t = engine[o], text[o]
     head = np.r_[True, eng[1:] != eng[:-1]]
     first_row = np.flatnonzero(head)[np.cumsum(head) - 1]  # each row's engine's first row
@@ -119,14 +143,15 @@ def pc_executions(instr: pd.DataFrame | None, meta: S.RankMeta) -> Spans | None:
     ``meta.info["executions"]``."""
     if instr is None or "engine" not in instr or len(instr) < 2:
         return None
-    again = _repeats_first(instr)
+    engine = _engine_codes(instr)
+    s, e = _start_end(instr)
+    again = _repeats_first(instr, engine, s)
     if "pc" not in instr and again is None:
         return None
     if "pc" in instr:
         pc, pvalid = ints(instr["pc"].astype("Int64"), len(instr))
     else:
         pc, pvalid = np.zeros(len(instr), dtype=np.int64), np.ones(len(instr), dtype=bool)
-    s, e = _start_end(instr)
     ok = np.flatnonzero(pvalid & np.isfinite(s) & np.isfinite(e))
     if len(ok) < 2:
         return None
@@ -134,8 +159,8 @@ def pc_executions(instr: pd.DataFrame | None, meta: S.RankMeta) -> Spans | None:
     # Clusters: runs of instructions separated by a time when no engine of the core runs.
     reach = np.maximum.accumulate(e[order])
     cluster = np.r_[0, np.cumsum(s[order][1:] > reach[:-1])]
-    eng = _engine_codes(instr)[order]
-    by_engine = np.lexsort((np.arange(len(order)), eng))  # time order within each engine
+    eng = engine[order]
+    by_engine = _stable_by(eng)  # time order within each engine
     same = np.r_[False, eng[by_engine][1:] == eng[by_engine][:-1]]
     prev_pc = np.r_[0, pc[order][by_engine][:-1]]
     prev_cluster = np.r_[-1, cluster[by_engine][:-1]]
@@ -215,8 +240,8 @@ def _first_in_time(execution: np.ndarray, track: np.ndarray, start: np.ndarray) 
     order (ties: row order)."""
     order = np.argsort(start, kind="stable")
     key = _combined_codes([execution[order], track[order] - track.min(initial=0)])
-    _, first = np.unique(key, return_index=True)
-    return order[np.sort(first)]
+    # Each key's first position, in position order (a hash pass, not a sort of the keys).
+    return order[np.flatnonzero(~pd.Series(key).duplicated().to_numpy())]
 
 
 def execution_edges(

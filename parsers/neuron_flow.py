@@ -80,7 +80,8 @@ class EventIds:
     def resolve(
         self, kinds: np.ndarray, ids: np.ndarray, valid: np.ndarray, into: bool
     ) -> np.ndarray:
-        """Event rows of (canonical table, id) ends; -1 where nothing matches.
+        """Event rows of (canonical table, id) ends (``kinds``: :func:`canonical_tables` codes);
+        -1 where nothing matches.
 
         ``into``: the end is an edge's destination (a DMA block then binds to its first packet).
         """
@@ -92,7 +93,7 @@ class EventIds:
             _CC_OP: self.cc_op,
         }
         for kind, index in by_kind.items():
-            mask = kinds == kind
+            mask = kinds == _KIND_CODE[kind]
             if mask.any():
                 rows[mask] = index.lookup(ids[mask], valid[mask])
         return rows
@@ -112,7 +113,7 @@ class BlockMembers:
         """Group the DMA table's rows (at event rows ``first_row``...) by block."""
         agg, valid = ints(column(dma, "packet_aggregation_id"), len(dma))
         block_of = np.full(len(dma), -1, dtype=np.int64)
-        _, block_of[valid] = np.unique(agg[valid], return_inverse=True)
+        block_of[valid] = pd.factorize(agg[valid], sort=True)[0]  # np.unique's inverse, by hash
         order = np.argsort(block_of, kind="stable")
         order = order[block_of[order] >= 0]
         ptr = np.searchsorted(block_of[order], np.arange(int(block_of.max(initial=-1)) + 2))
@@ -143,34 +144,41 @@ class BlockMembers:
         return edge, out
 
 
+#: The kinds of event a Flow end names, as codes (0: a table no event comes from).
+_KINDS = ("", _INSTRUCTION, _DMA_PACKET, _DMA_BLOCK, _CC_OP)
+_KIND_CODE = {k: np.int8(i) for i, k in enumerate(_KINDS)}
+
+
 def canonical_tables(tables: pd.Categorical) -> np.ndarray:
-    """Flow table names in canonical form; an unknown name becomes ""."""
+    """Per row: the code in :data:`_KINDS` of the flow table's name in canonical form (0: an
+    unknown name), worked out once per distinct name (no string per row)."""
     plain = [str(c).strip().lower().replace("_", "") for c in tables.categories]
-    return np.array([TABLE_ALIASES.get(p, "") for p in plain] + [""], dtype=object)[tables.codes]
+    per_name = [_KIND_CODE[TABLE_ALIASES.get(p, "")] for p in plain] + [_KIND_CODE[""]]
+    return np.array(per_name, dtype=np.int8)[tables.codes]
 
 
 def _block_ends(dma: pd.DataFrame, first_row: int) -> tuple[IdIndex, IdIndex]:
-    """First packet (earliest start) and last packet (latest end) of each DMA block."""
+    """First packet (earliest start) and last packet (latest end) of each DMA block (ties: the
+    first row, the last row)."""
     n = len(dma)
     agg, valid = ints(column(dma, "packet_aggregation_id"), n)
     start, dur = times(dma)
-    frame = pd.DataFrame(
-        {
-            "agg": agg,
-            "start": start.to_numpy(dtype=np.float64, na_value=np.nan),
-            "end": (start + dur).to_numpy(dtype=np.float64, na_value=np.nan),
-            "row": first_row + np.arange(n, dtype=np.int64),
-        }
-    )
-    frame = frame[valid & np.isfinite(frame["start"]) & np.isfinite(frame["end"])]
-    first = frame.sort_values(["agg", "start", "row"]).drop_duplicates("agg", keep="first")
-    last = frame.sort_values(["agg", "end", "row"]).drop_duplicates("agg", keep="last")
+    s = start.to_numpy(dtype=np.float64, na_value=np.nan)
+    e = (start + dur).to_numpy(dtype=np.float64, na_value=np.nan)
+    ok = valid & np.isfinite(s) & np.isfinite(e)
+    agg, rows = agg[ok], first_row + np.flatnonzero(ok).astype(np.int64)
 
-    def index(ends: pd.DataFrame) -> IdIndex:
-        keys = ends["agg"].to_numpy(dtype=np.int64)
-        return IdIndex(keys, np.ones(len(keys), dtype=bool), ends["row"].to_numpy(dtype=np.int64))
+    def index(when: np.ndarray, keep_first: bool) -> IdIndex:
+        # By block, then time, then row (lexsort is stable and the rows are in order); each
+        # block's first (or last) row in that order.
+        o = np.lexsort((when, agg))
+        a = agg[o]
+        change = a[1:] != a[:-1]
+        ends = np.r_[len(a) > 0, change] if keep_first else np.r_[change, len(a) > 0]
+        ends = ends[: len(a)]
+        return IdIndex(a[ends], np.ones(int(ends.sum()), dtype=bool), rows[o][ends])
 
-    return index(first), index(last)
+    return index(s[ok], True), index(e[ok], False)
 
 
 def flow_edges(flow: pd.DataFrame, ids: EventIds, meta: S.RankMeta) -> pd.DataFrame:
@@ -185,18 +193,19 @@ def flow_edges(flow: pd.DataFrame, ids: EventIds, meta: S.RankMeta) -> pd.DataFr
     out_ids, out_valid = ints(column(flow, "out_id"), n)
     src = ids.resolve(in_kinds, in_ids, in_valid, into=False)
     dst = ids.resolve(out_kinds, out_ids, out_valid, into=True)
-    unknown = (in_kinds == "") | (out_kinds == "")
+    none = _KIND_CODE[""]
+    unknown = (in_kinds == none) | (out_kinds == none)
     if unknown.any():
-        names = set(pd.Series(in_tables[in_kinds == ""]).dropna()) | set(
-            pd.Series(out_tables[out_kinds == ""]).dropna()
+        names = set(pd.Series(in_tables[in_kinds == none]).dropna()) | set(
+            pd.Series(out_tables[out_kinds == none]).dropna()
         )
         meta.info["flow_unknown_tables"] = sorted(str(t) for t in names)
     meta.count("Flow: edges naming a table no event comes from", int(unknown.sum()))
     unresolved = ~unknown & ((src < 0) | (dst < 0))
     meta.count("Flow: edges whose id matches no event", int(unresolved.sum()))
     kept = (src >= 0) & (dst >= 0)
-    to_dma = (out_kinds == _DMA_PACKET) | (out_kinds == _DMA_BLOCK)
-    trigger = (in_kinds == _INSTRUCTION) & to_dma
+    to_dma = (out_kinds == _KIND_CODE[_DMA_PACKET]) | (out_kinds == _KIND_CODE[_DMA_BLOCK])
+    trigger = (in_kinds == _KIND_CODE[_INSTRUCTION]) & to_dma
     edge, dst_rows = ids.blocks.expand(dst[kept], to_dma[kept])
     kind = pd.Categorical.from_codes(
         trigger[kept][edge].astype(np.int8), pd.Index(["dependency", "dma_trigger"], dtype="str")
