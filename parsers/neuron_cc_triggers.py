@@ -38,13 +38,10 @@ import pandas as pd
 from tracediag.model import schema as S
 from tracediag.parsers.neuron_common import column
 from tracediag.parsers.neuron_events import times
+from tracediag.parsers.neuron_semaphores import SEMAPHORE_NAME, TEXT_COLUMNS, WAIT
 
-#: The operand text columns a trigger's fields may be in, in reading order.
-_TEXT_COLUMNS = ("operands", "instruction_chain")
 _CTYPE = re.compile(r"\bctype=(?P<ctype>[A-Za-z_]+)")
-_OWNER = r"(?:\s*\([^)]*\))?"
-_ON_COMPLETE = re.compile(r"\$?S\[(?P<sem>\d+)\]" + _OWNER + r"\s*\+\+@complete")
-_WAIT = re.compile(r"\$?S\[(?P<sem>\d+)\]" + _OWNER + r"\s*>=\s*\d+")
+_ON_COMPLETE = re.compile(SEMAPHORE_NAME + r"\s*\+\+@complete")
 
 
 def trigger_collectives(
@@ -110,8 +107,8 @@ def trigger_collectives(
 
 
 def _operand_text(instr: pd.DataFrame) -> pd.Series:
-    """Per instruction, its operand texts joined (a trigger's fields may be in either)."""
-    parts = [column(instr, c) for c in _TEXT_COLUMNS]
+    """Per instruction, its operand texts joined (a trigger's fields may be in any)."""
+    parts = [column(instr, c) for c in TEXT_COLUMNS]
     parts = [p.astype(object).where(p.notna(), "") for p in parts if p is not None]
     if not parts:
         return pd.Series("", index=instr.index, dtype=object)
@@ -147,7 +144,7 @@ def _completions(
     completion = np.full(n, np.nan)
     how = np.full(n, "unknown", dtype=object)
     # 1. The first later instruction (not a trigger) waiting on the completion semaphore.
-    waits = text.str.extract(_WAIT)["sem"]
+    waits = text.str.extract(WAIT)["sem"]
     waiter = np.flatnonzero(waits.notna().to_numpy() & ~is_trigger & np.isfinite(i_ts))
     if len(waiter) and np.isfinite(sem).any():
         w = pd.DataFrame({"sem": waits.iloc[waiter].astype(float).to_numpy(), "ts": i_ts[waiter]})

@@ -62,8 +62,11 @@ UPDATE_COLUMNS = ("timestamp", "id", "value", "update_source")
 AXI = "axi"
 
 _OWNER = r"(?:\s*\((?P<owner>[^)]*)\))?"
-_WAIT = re.compile(r"\$?S\[(?P<sem>\d+)\]" + _OWNER + r"\s*>=\s*(?P<value>\d+)")
-_INCREMENT = re.compile(r"\$?S\[(?P<sem>\d+)\]" + _OWNER + r"\s*\+\+")
+#: A semaphore as operand texts name it: ``$S[15]``, ``S[5] (Tensor)``.
+SEMAPHORE_NAME = r"\$?S\[(?P<sem>\d+)\]" + _OWNER
+#: A wait on a semaphore: ``$S[15]>=2``.
+WAIT = re.compile(SEMAPHORE_NAME + r"\s*>=\s*(?P<value>\d+)")
+_INCREMENT = re.compile(SEMAPHORE_NAME + r"\s*\+\+")
 _ID = re.compile(r"^\s*\$?S?\[?(?P<sem>\d+)\]?" + _OWNER)
 
 
@@ -89,7 +92,7 @@ def semaphore_edges(
     i_end = i_ts + i_dur.to_numpy(dtype=np.float64, na_value=np.nan)
     extra = texts if texts is not None and len(texts) == len(instr) else instr
     texts = {c: v for c in TEXT_COLUMNS if (v := _first_of(c, extra, instr)) is not None}
-    waits = _matches(texts, len(instr), _WAIT, with_value=True)
+    waits = _matches(texts, len(instr), WAIT, with_value=True)
     if not len(waits):
         return empty.assign(**{S.EDGE_KIND: "dependency"})
     producers = _named_producers(texts, i_ts, i_end, first["instruction"], tables, first)

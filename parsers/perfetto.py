@@ -161,10 +161,7 @@ def _device_tracks(events: pd.DataFrame, ann: pd.DataFrame, rank: np.ndarray, co
     if moved := merge_serial_rows(events, rank):
         counts["slices on display rows of a serial engine: moved to its track"] = moved
     text = device.annotations(ann, device.QUEUE_FIELDS, len(events))
-    named = pd.Series(text[device.QUEUE_FIELDS[0]], dtype=object)
-    for f in device.QUEUE_FIELDS[1:]:
-        named = named.fillna(pd.Series(text[f], dtype=object))
-    name_engine_queues(events, rank, named.to_numpy(dtype=object))
+    name_engine_queues(events, rank, device.named_queues(text).to_numpy(dtype=object))
 
 
 def _events(d, sl: pd.DataFrame, fields: dict, table: pd.DataFrame, owner) -> pd.DataFrame:

@@ -50,6 +50,7 @@ from tracediag.parsers.neuron_events import trigger_edges as collective_trigger_
 from tracediag.parsers.neuron_executions import execution_edges, pc_executions
 from tracediag.parsers.neuron_parquet_notes import steps_of
 from tracediag.parsers.perfetto_annotations import last_numbers, last_values
+from tracediag.parsers.perfetto_rows import ROW_SUFFIX
 
 #: DMA slice annotations: the queue (legacy ``subgroup``/``dma_queue``, Parquet ``queue_name``)
 #: and what groups packets into transfers or names a ring.
@@ -95,12 +96,19 @@ def inferred_edges(
         itable = _instructions(events, fields, numbers, text, instr)
         dma_all = np.flatnonzero((kind == "dma") & (rank == r))
         dtable = _transfers(events, text, dma_all)
-        if len(dma_all):  # every packet's transfer, fed or not (its counts are not this rank's)
-            blocks = json_dma.add_transfers(dtable, S.RankMeta(rank=int(r)))
-            transfer[dma_all] = blocks["packet_aggregation_id"].fillna(-1).to_numpy(np.int64)
-        dma = dma_all[~fed[dma_all]]
+        unfed = ~fed[dma_all]
+        if len(dma_all):
+            # Every packet's transfer, fed or not. With none fed these are also the trigger
+            # edges' transfers and their counts this rank's; else those come from the unfed.
+            every = json_dma.add_transfers(dtable, meta if unfed.all() else S.RankMeta(rank=int(r)))
+            transfer[dma_all] = every["packet_aggregation_id"].fillna(-1).to_numpy(np.int64)
+        dma = dma_all[unfed]
         if len(dma):
-            table = json_dma.add_transfers(dtable[~fed[dma_all]].reset_index(drop=True), meta)
+            table = (
+                every
+                if unfed.all()
+                else json_dma.add_transfers(dtable[unfed].reset_index(drop=True), meta)
+            )
             e = json_dma.trigger_edges(itable, 0, table, len(instr), meta)
             frames.append(_global(e, np.concatenate([instr, dma])))
         cc = collectives[rank[collectives["_row"].to_numpy()] == r].reset_index(drop=True)
@@ -197,9 +205,15 @@ def queue_names(events: pd.DataFrame, text: dict[str, np.ndarray], rows: np.ndar
     """The queue of DMA slices ``rows``: the first of the :data:`QUEUE_FIELDS` annotations
     (``text``: per slice, None where absent), else the track's queue (``qSyncIO0/ring1``)."""
     track_queue = pd.Series(events[TRACK_LABEL].to_numpy(dtype=object)[rows], dtype=object)
-    queue = track_queue.str.replace(r"/(?:row|ring)\d+$", "", regex=True)
+    queue = track_queue.str.replace(ROW_SUFFIX, "", regex=True)
+    return named_queues(text, rows).fillna(queue).astype(str)
+
+
+def named_queues(text: dict[str, np.ndarray], rows: np.ndarray | slice = slice(None)) -> pd.Series:
+    """The queue slices ``rows`` name: the first of their :data:`QUEUE_FIELDS` annotations
+    (``text``: per slice, None where absent); None where they name none."""
     named = [pd.Series(text[f][rows], dtype=object) for f in QUEUE_FIELDS]
-    return named[0].fillna(named[1]).fillna(named[2]).fillna(queue).astype(str)
+    return named[0].fillna(named[1]).fillna(named[2])
 
 
 def annotations(ann: pd.DataFrame, names: tuple[str, ...], n: int) -> dict[str, np.ndarray]:

@@ -20,7 +20,8 @@ import pandas as pd
 from tracediag.model import schema as S
 from tracediag.model.assembly import TRACK_LABEL
 
-_ROW_SUFFIX = r"/(?:row|ring)\d+$"  # engine rows; a DMA queue's rows (its rings)
+#: An engine row's suffix (`/row<k>`), or a DMA queue row's (its ring, `/ring<k>`).
+ROW_SUFFIX = r"/(?:row|ring)\d+$"
 #: Kinds of work an engine row holds (instants and annotations are markers).
 _WORK = ("compute", "dma")
 
@@ -29,7 +30,7 @@ def merge_serial_rows(events: pd.DataFrame, rank: np.ndarray) -> int:
     """Relabel, in place, the slices on the rows of an engine that never overlap on their rank
     with the engine's own label; returns how many slices moved."""
     labels = events[TRACK_LABEL].cat.categories.astype(str)
-    base = labels.str.replace(_ROW_SUFFIX, "", regex=True)
+    base = labels.str.replace(ROW_SUFFIX, "", regex=True)
     if (base == labels).all():
         return 0
     base_code, bases = pd.factorize(base)

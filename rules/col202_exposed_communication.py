@@ -45,10 +45,8 @@ class ExposedCommunication(Rule):
     }
 
     def check(self, ctx, opts):
-        import numpy as np
-
         from tracediag.analysis.hardware import credible_peak
-        from tracediag.analysis.intervals import interval_overlap
+        from tracediag.analysis.intervals import uncovered_by_compute
         from tracediag.engine.saving_bound import impact_covering_saving
 
         seg = ctx.path.segments
@@ -61,20 +59,13 @@ class ExposedCommunication(Rule):
         # Tensor-parallel collectives are COL203's: one exposed transfer, one finding.
         coll = every[~tp_collective_mask(every, ctx.layout)].set_index(S.EVENT)
         tr = tr[tr["event"].isin(coll.index)]
-        ev = ctx.trace.events
-        # The columns read, not a copy of every column of a rank's compute rows.
-        compute = (ev[S.KIND] == "compute").to_numpy()
-        ev_rank, ev_ts, ev_dur = ev[S.RANK].to_numpy(), ev[S.TS].to_numpy(), ev[S.DUR].to_numpy()
-        exposed = np.zeros(len(tr), dtype=np.int64)
-        for rank in tr["rank"].unique():
-            mine = (tr["rank"] == rank).to_numpy()
-            c = compute & (ev_rank == rank)
-            s = ev_ts[c]
-            e = s + ev_dur[c]
-            a, b = tr["start_ns"].to_numpy()[mine], tr["end_ns"].to_numpy()[mine]
-            exposed[mine] = (b - a) - interval_overlap(a, b, s, e)
         tr = tr.assign(
-            exposed=exposed,
+            exposed=uncovered_by_compute(
+                ctx.trace.events,
+                tr["rank"].to_numpy(),
+                tr["start_ns"].to_numpy(),
+                tr["end_ns"].to_numpy(),
+            ),
             coll_key=coll.loc[tr["event"], S.COLL_KEY].to_numpy(),
             op=coll.loc[tr["event"], S.COLL_OP].astype(str).to_numpy(),
         )

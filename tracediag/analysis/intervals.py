@@ -33,6 +33,25 @@ def interval_overlap(
     return (cum_at(a_end) - cum_at(a_start)).astype(np.int64)
 
 
+def uncovered_by_compute(
+    events: pd.DataFrame, rank: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> np.ndarray:
+    """Per interval ``[start, end)`` of ``rank``: its ns that no compute event of that rank
+    overlaps (what communication leaves exposed). One pass per rank, not per interval."""
+    from tracediag.model import schema as S
+
+    compute = (events[S.KIND] == "compute").to_numpy()
+    ev_rank, ev_ts = events[S.RANK].to_numpy(), events[S.TS].to_numpy()
+    ev_end = ev_ts + events[S.DUR].to_numpy()
+    out = np.zeros(len(start), dtype=np.int64)
+    for r in np.unique(rank):  # a loop over the ranks, not events
+        mine = rank == r
+        c = compute & (ev_rank == r)
+        a, b = start[mine], end[mine]
+        out[mine] = (b - a) - interval_overlap(a, b, ev_ts[c], ev_end[c])
+    return out
+
+
 def busy_ns_by_group(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> pd.Series:
     """Per group id: the length of the union of its intervals (overlaps counted once)."""
     if not len(group):

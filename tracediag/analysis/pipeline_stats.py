@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracediag.analysis.intervals import interval_overlap
+from tracediag.analysis.intervals import interval_overlap, uncovered_by_compute
 from tracediag.analysis.parallel_layout import P2P_OPS, group_members
 from tracediag.model import schema as S
 
@@ -102,14 +102,7 @@ def p2p_transfer(ctx) -> pd.Series:
     b = np.clip(coll[S.END].to_numpy()[recv], lo, hi)
     b = np.maximum(a, b)
     rank = coll[S.RANK].to_numpy()[recv]
-    ev = ctx.trace.events
-    compute = (ev[S.KIND] == "compute").to_numpy()
-    ev_rank, ev_ts, ev_dur = ev[S.RANK].to_numpy(), ev[S.TS].to_numpy(), ev[S.DUR].to_numpy()
-    exposed = b - a
-    for r in np.unique(rank):  # a loop over the ranks, not events
-        mine = rank == r
-        c = compute & (ev_rank == r)
-        exposed[mine] -= interval_overlap(a[mine], b[mine], ev_ts[c], ev_ts[c] + ev_dur[c])
+    exposed = uncovered_by_compute(ctx.trace.events, rank, a, b)
     return pd.Series(exposed).groupby(rank).sum()
 
 
