@@ -629,15 +629,18 @@ def test_consumer_semaphores_same_job_same_truth(tmp_path, base):
 
 
 def test_consumer_semaphores_off_is_byte_identical(tmp_path):
-    """With the option off its sub-options change nothing, and the truth does not name them."""
+    """With the option off its sub-options change nothing, and the truth does not name them.
+    Every preset in Parquet (where the option writes its waits); the JSON and CSV writers once,
+    on the clean preset (they share the instruction rows the option would change)."""
     for name in ndw.SCENARIOS:
         if ndw.SCENARIOS[name]["variation"].get("consumer_semaphores"):
             continue
-        t = ndw.write_scenario(name, str(tmp_path / name / "a"), formats=("parquet", "json", "csv"))
+        formats = ("parquet", "json", "csv") if name == "clean" else ("parquet",)
+        t = ndw.write_scenario(name, str(tmp_path / name / "a"), formats=formats)
         ndw.write_scenario(
             name,
             str(tmp_path / name / "b"),
-            formats=("parquet", "json", "csv"),
+            formats=formats,
             consumer_semaphores=False,
             consumer_semaphore_column="operands",
             consumer_semaphore_spelling="named",
