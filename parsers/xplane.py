@@ -148,8 +148,12 @@ def _read_file(path: Path, first_rank: int) -> list[RankPart]:
         planes = devices.get(ordinal, [])
         rank = first_rank + ordinal
         meta = S.RankMeta(rank=rank, sources=[str(path)], format=FORMAT)
+        # One process drives every device of the file (graph.idle_waits: its threads' waits).
         meta.info.update(
-            rank_source="default", hostnames=list(space.hostnames), clock_domain=domain
+            rank_source="default",
+            hostnames=list(space.hostnames),
+            clock_domain=domain,
+            host_process=str(path),
         )
         mine = [
             (plane, table[rows == ordinal])
@@ -181,4 +185,6 @@ def _time_shift(space: XSpace) -> int:
         (line.timestamp_ns for plane in space.planes for line in plane.lines if line.events),
         default=start,
     )
-    return start if first < start else 0
+    # Normalised lines start near 0, absolute ones near the start: a line that begins a little
+    # before the profile's start (its timestamp is any instant up to its first event) is not.
+    return start if first < start // 2 else 0

@@ -8,10 +8,11 @@ Ops`` line), ``layer`` = the framework op (``tf_op``, else the ``name`` stat, e.
 in ``memcpy_details``/``memset_details``, ``bytes``, ``size``), ``flops`` = ``flops`` (else
 ``model_flops``), ``step`` = ``group_id`` (else ``step_num``), ``src_id`` = ``correlation_id``.
 
-Collective rows: every collective event except async ``*-start`` ops (their ``*-done`` op is
-where the ranks meet); the match key is ``"{hlo_module}|{hlo op or kernel name}|{ordinal}"``,
-the ordinal counting that op's runs on this rank in time order, which assumes every device runs
-the same program (SPMD).
+Collective rows: every collective event except async ``*-start`` ops whose ``*-done`` op is
+recorded (the done is where the ranks meet; a GPU stream's NCCL kernel named after its start
+op, with no done beside it, is the collective); the match key is
+``"{hlo_module}|{hlo op or kernel name}|{ordinal}"``, the ordinal counting that op's runs on
+this rank in time order, which assumes every device runs the same program (SPMD).
 """
 
 from __future__ import annotations
@@ -309,11 +310,18 @@ def _copies_by_launch(events: pd.DataFrame, launches: pd.DataFrame) -> None:
 def _collectives(events: pd.DataFrame) -> pd.DataFrame | None:
     """One row per collective event but async starts (see the module docstring)."""
     name = events[S.NAME].astype(object).to_numpy()
-    op_name = np.where(events[S.OP].notna(), events[S.OP].astype(object), name)
-    rows = np.flatnonzero(
-        (events[S.KIND].to_numpy(dtype=object) == "collective")
-        & ~pd.Series(op_name, dtype=object).str.contains(_ASYNC_START).to_numpy(bool)
-    )
+    op_name = pd.Series(
+        np.where(events[S.OP].notna(), events[S.OP].astype(object), name), dtype=object
+    ).astype(str)
+    coll = events[S.KIND].to_numpy(dtype=object) == "collective"
+    # An async start whose done op is recorded meets the other ranks at the done; one without
+    # (a GPU stream's NCCL kernel carries its start op's name) is the collective itself.
+    start = op_name.str.contains(_ASYNC_START).to_numpy(bool)
+    done_names = set(op_name[coll & ~start])
+    done_of = op_name.str.replace(r"-start(\.\d+)?$", r"-done\1", regex=True)
+    has_done = done_of.isin(done_names).to_numpy()
+    rows = np.flatnonzero(coll & ~(start & has_done))
+    op_name = op_name.to_numpy(dtype=object)
     if not len(rows):
         return None
     rows = rows[np.argsort(events[S.TS].to_numpy()[rows], kind="stable")]

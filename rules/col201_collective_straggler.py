@@ -17,6 +17,7 @@ of the wait the waiting ranks' own work runs beside (``wait_beside_own_work_ns``
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -45,13 +46,21 @@ class CollectiveStraggler(Rule):
         # Last in fewer than this share of any operation's instances: the lateness moves between
         # ranks (scheduling noise on shared cores), no one rank holds the job: info at most.
         "min_last_share": 0.5,
+        # ... or last so often with more than this chance among ranks arriving in random order
+        # (a few instances: on 4 ranks, one is last at 2 of 3 of an op's with a 62% chance, at
+        # 3 of 3 with 6%).
+        "max_chance": 0.1,
     }
     doc = {
         "what it finds": "Ranks that arrive at collective operations after the other participants, "
         "measured on arrivals (the trigger of a Neuron collective, the start of an NCCL kernel or "
         "of a gloo range) after clock alignment, against the median arrival of the *other* "
         "participants. A rank last at fewer than `min_last_share` of any operation's instances is "
-        "reported as info at most: when the last place moves between ranks, it is noise. The "
+        "reported as info at most: when the last place moves between ranks, it is noise. So is a "
+        "rank last too few times to tell from chance: were the participants' arrival order random, "
+        "one of them would come last at least as often (over all its instances, or its most "
+        "telling operation's) with a chance above `max_chance` (binomial), and late by less "
+        "than three times the median lateness of the ranks last at its other collectives. The "
         "impact is the time the other ranks wait for it, from arrivals and wherever the critical "
         "path runs: at each collective where it arrives last, each other participant waits from "
         "its own arrival to the late rank's; a rank's waits are merged over the collectives (the "
@@ -139,6 +148,7 @@ class CollectiveStraggler(Rule):
                     layers = slow.layers
             first_wait = int((last_rows[S.ARRIVAL] - last_rows["late_ns"]).min())
             share = _last_share(rows)
+            chance = _chance_of_lastness(rows, late)
             severity = severity_by_saving(ctx.cost_pct(saving), opts, self.severity)
             rotating = ""
             if share < opts["min_last_share"]:
@@ -146,6 +156,14 @@ class CollectiveStraggler(Rule):
                 rotating = (
                     f" It is last at no more than {share:.0%} of any operation's instances: the "
                     "lateness moves between ranks (noise), no single rank holds the job up."
+                )
+            elif chance > opts["max_chance"] and _like_the_others(rows, late, mean_late):
+                severity = min(severity, Severity.INFO)
+                rotating = (
+                    f" Among {_participants(rows, late)} ranks arriving in random order, one of "
+                    f"them would come last this often with a chance of {chance:.0%}, and as late "
+                    "as the last ranks of its other collectives: too few instances to tell a "
+                    "straggler from noise."
                 )
             own_ops, own_gaps = _own_cut(ctx, change)
             clocks = ""
@@ -361,6 +379,61 @@ def _last_share(rows: pd.DataFrame) -> float:
     """The largest share, over operations, of a rank's instances of it where it came last."""
     per_op = rows.groupby(rows[S.COLL_OP].astype(str))
     return float((per_op["last"].sum() / per_op[S.COLL_KEY].nunique()).max())
+
+
+def _participants(rows: pd.DataFrame, late: pd.DataFrame) -> int:
+    """The median number of ranks in the rank's collective instances."""
+    import numpy as np
+
+    sizes = late.groupby(S.COLL_KEY).size()
+    return int(np.median(sizes.reindex(rows[S.COLL_KEY].unique()).to_numpy()))
+
+
+def _chance_of_lastness(rows: pd.DataFrame, late: pd.DataFrame) -> float:
+    """The chance that any one of the participants comes last at least as often as this rank,
+    were the arrival order random: the binomial tail of its count of last arrivals, over all
+    its instances or its most telling operation's (the smaller), times the participants."""
+    ranks = _participants(rows, late)
+    if ranks < 2:
+        return 0.0
+    counts = [(int(rows["last"].sum()), int(rows[S.COLL_KEY].nunique()))]
+    per_op = rows.groupby(rows[S.COLL_OP].astype(str))
+    counts += list(zip(per_op["last"].sum().astype(int), per_op[S.COLL_KEY].nunique(), strict=True))
+    tails = [_binomial_tail(k, n, 1.0 / ranks) for k, n in counts]
+    return min(1.0, ranks * min(tails))
+
+
+def _like_the_others(rows: pd.DataFrame, late: pd.DataFrame, mean_late: float) -> bool:
+    """Whether the rank's mean lateness where it is last is within 3x the median lateness of the
+    ranks last at its other collectives (scheduling jitter); False when it is last at all."""
+    import numpy as np
+
+    others = rows.loc[~rows["last"].to_numpy(dtype=bool), S.COLL_KEY]
+    last = late[late["last"].to_numpy(dtype=bool) & late[S.COLL_KEY].isin(others).to_numpy()]
+    if not len(last):
+        return False
+    return mean_late < 3 * float(np.median(last["late_ns"].to_numpy(dtype=np.float64)))
+
+
+def _binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p), in log space (n may be thousands of instances)."""
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    if k <= n * p:  # at or below the expected count: no evidence at all
+        return 1.0
+    log_p, log_q = math.log(p), math.log1p(-p)
+    terms = [
+        math.lgamma(n + 1)
+        - math.lgamma(i + 1)
+        - math.lgamma(n - i + 1)
+        + i * log_p
+        + (n - i) * log_q
+        for i in range(k, min(n, k + 400) + 1)  # the terms shrink fast above the mean
+    ]
+    top = max(terms)
+    return math.exp(top) * sum(math.exp(t - top) for t in terms)
 
 
 @dataclass

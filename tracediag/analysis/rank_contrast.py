@@ -61,6 +61,8 @@ def items(trace: S.Trace, ranks: np.ndarray) -> pd.DataFrame:
     is_step = np.append(np.array([bool(_STEP_RANGE.match(str(n))) for n in names]), False)
     opener = keep & is_step[code]
     rows = np.flatnonzero(keep & ~is_step[code])
+    if not len(rows):  # e.g. device ranks whose host threads hold only the step ranges
+        return pd.DataFrame(columns=cols)
     ts, dur = ev[S.TS].to_numpy(), ev[S.DUR].to_numpy()
     # Per (track, step), in start order (the longer first on a tie, so it is the outer one).
     o = np.lexsort((-dur[rows], ts[rows], step[rows], track[rows]))

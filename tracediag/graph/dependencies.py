@@ -242,7 +242,14 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
     e_src = np.concatenate([f[S.SRC].to_numpy() for f in frames]).astype(np.int64, copy=False)
     e_dst = np.concatenate([f[S.DST].to_numpy() for f in frames]).astype(np.int64, copy=False)
     e_code = np.concatenate([_edge_codes(f[S.EDGE_KIND]) for f in frames])
-    completion = (e_code == SYNC) & is_sync[e_dst] if len(e_src) else np.zeros(0, bool)
+    # A device wait whose source ends after its host call starts blocked inside that call
+    # (graph.idle_waits._blocking_calls): a completion, as a recorded synchronize's.
+    completion = (
+        ((e_code == SYNC) & is_sync[e_dst])
+        | ((e_code == DEVICE_WAIT) & (ts[e_src] + dur[e_src] > ts[e_dst]))
+        if len(e_src)
+        else np.zeros(0, bool)
+    )
     sync_ev = np.unique(e_dst[completion])
     sync_ev = sync_ev[in_graph[sync_ev]]
     if len(sync_ev):
@@ -284,8 +291,13 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
         if dropped_marker:
             dropped["edges touching annotation-only events (not graph nodes)"] = dropped_marker
         dst_nodes = np.where(completion, out_node[e_dst], in_node[e_dst])
-        src_list.append(out_node[e_src[keep]])
-        dst_list.append(dst_nodes[keep])
+        # A call that launches device work and then blocks until it ends (a blocking copy)
+        # launches from its begin: its completion comes after what it launched starts.
+        src_ev, dst_nodes = e_src[keep], dst_nodes[keep]
+        src_nodes = out_node[src_ev]
+        early = (src_nodes != body_of[src_ev]) & (start[dst_nodes] < start[src_nodes])
+        src_list.append(np.where(early, body_of[src_ev], src_nodes))
+        dst_list.append(dst_nodes)
         code_list.append(e_code[keep])
 
     src = np.concatenate(src_list).astype(np.int64, copy=False)

@@ -19,7 +19,10 @@ Three inferences, each giving edges of its own kind with its evidence (see
   the device's busy run ends, the device then idle until the host gives it more (a synchronous
   loop: ``jax.block_until_ready``, ``.item()``, a blocking copy or synchronize the profiler did
   not record as a call), waited for that device work: its next event binds to the run's
-  latest-ending event (see :func:`_device_waits` for the tests and their thresholds).
+  latest-ending event (see :func:`_device_waits` for the tests and their thresholds). A thread
+  blocked *inside* one call instead (a ``block_until_ready`` or synchronize recorded as an
+  event spanning the wait, with no sync record) waited the same way: the edge goes to that
+  call, whose end the graph then takes from the device work (:func:`_blocking_calls`).
 
 A wait is explained only by a predecessor that ends within the tolerance of the waiter's start,
 never by one that ends somewhere inside the wait: a recorded predecessor that ends earlier leaves
@@ -93,6 +96,7 @@ def idle_wait_edges(trace: S.Trace, recorded: tuple | None = None) -> pd.DataFra
         _stream_waits(trace, pred_end, pred_ev, synced),
         _thread_handoffs(trace, pred_end, pred_ev, silences),
         _device_waits(trace, pred_end, pred_ev, silences),
+        _blocking_calls(trace),
     ]
     return pd.concat(parts, ignore_index=True)
 
@@ -203,6 +207,14 @@ def _thread_handoffs(trace, pred_end, pred_ev, silences=None) -> pd.DataFrame:
             lambda g, lo, hi: _starts_between(trace, sil.group, g, lo, hi) == 0,
         ),
     )
+    # A thread's first event ends a silence since the trace began, which says little: where one
+    # process drives several ranks, that first event is not taken as woken by another rank's
+    # thread (a device's copies launched before the Python thread's first dispatch).
+    first = np.zeros(len(ev), dtype=bool)
+    first[w[sil.first[long]]] = True
+    rank = ev[S.RANK].to_numpy()
+    src, dst = edges[S.SRC].to_numpy(), edges[S.DST].to_numpy()
+    edges = edges[~(first[dst] & (rank[src] != rank[dst]))]
     # Several silences before one waiter: the latest resume binds it.
     return edges.drop_duplicates(S.DST, keep="last").reset_index(drop=True)
 
@@ -225,11 +237,13 @@ def _starts_between(trace: S.Trace, group: np.ndarray, q_group, lo, hi) -> np.nd
 class _Silences:
     """Host threads' silences that end at a graph event: per silence its start ``lo``, its end
     ``hi`` (the resume), the waiter (the thread's next graph event), and the thread's process
-    group; ``group`` (per event) and ``graph_on`` (the host graph events) for the binding."""
+    group, and whether it is the thread's first (since the trace began); ``group`` (per event)
+    and ``graph_on`` (the host graph events) for the binding."""
 
-    def __init__(self, lo, hi, waiter, rank, waiter_group, group, graph_on):
+    def __init__(self, lo, hi, waiter, rank, waiter_group, group, graph_on, first):
         self.lo, self.hi, self.waiter, self.rank = lo, hi, waiter, rank
         self.waiter_group, self.group, self.graph_on = waiter_group, group, graph_on
+        self.first = first
 
 
 def _silences(trace: S.Trace, min_ns: int) -> _Silences | None:
@@ -262,8 +276,9 @@ def _silences(trace: S.Trace, min_ns: int) -> _Silences | None:
     s_rt = np.r_[inst_rt[silent], inst_rt[first]]
     s_lo = np.r_[inst_t[silent], np.full(len(first), int(ts.min()) - MIN_THREAD_SILENCE_NS)]
     s_hi = np.r_[inst_t[silent + 1], inst_t[first]]
+    s_first = np.r_[np.zeros(len(silent), dtype=bool), np.ones(len(first), dtype=bool)]
     o = stable_order_by(s_rt, s_hi)
-    s_rt, s_lo, s_hi = s_rt[o], s_lo[o], s_hi[o]
+    s_rt, s_lo, s_hi, s_first = s_rt[o], s_lo[o], s_hi[o], s_first[o]
     # The thread's next graph event after each silence: the waiter.
     g = graph_on[stable_order_by(rt[graph_on], ts[graph_on])]
     g_key_rt, g_ts = rt[g], ts[g]
@@ -276,13 +291,13 @@ def _silences(trace: S.Trace, min_ns: int) -> _Silences | None:
     prev_end = end[g[np.maximum(kp, 0)]]
     prev_ok[same_prev] = prev_end[same_prev] <= s_lo[same_prev]
     keep = has_next & prev_ok
-    w, s_lo, s_hi = w[keep], s_lo[keep], s_hi[keep]
-    # Threads of one process of one rank form a group.
+    w, s_lo, s_hi, s_first = w[keep], s_lo[keep], s_hi[keep], s_first[keep]
+    # Threads of one process form a group (of one rank, or of the ranks one process drives).
     pid = np.array([_process(str(name)) for name in S.strings(tracks[S.TRACK_NAME])], dtype=object)
     pid_code = pd.factorize(pid)[0]
-    group = _group_key(ev[S.RANK].to_numpy(), pid_code[track])
+    group = _group_key(process_of_rank(trace)[ev[S.RANK].to_numpy()], pid_code[track])
     rank = ev[S.RANK].to_numpy()[w]
-    return _Silences(s_lo, s_hi, w, rank, group[w], group, graph_on)
+    return _Silences(s_lo, s_hi, w, rank, group[w], group, graph_on, s_first)
 
 
 class BusyRuns(NamedTuple):
@@ -296,16 +311,19 @@ class BusyRuns(NamedTuple):
     runner_up: np.ndarray
 
 
-def device_busy_runs(trace: S.Trace) -> BusyRuns:
+def device_busy_runs(trace: S.Trace, group_of_rank: np.ndarray | None = None) -> BusyRuns:
     """The union of each rank's device work (compute, DMA and collective events on any track
     but a host thread's) as runs: a run goes on while the next event starts before everything
-    started so far has ended."""
+    started so far has ended. ``group_of_rank`` (indexed by rank): the runs of each group of
+    ranks instead, ``BusyRuns.rank`` then holding the group."""
     ev = trace.events
     ts = ev[S.TS].to_numpy()
     end = ts + ev[S.DUR].to_numpy()
     on_device = (S.strings(trace.tracks[S.TRACK_KIND]) != "cpu_thread")[ev[S.TRACK].to_numpy()]
     work = np.flatnonzero(on_device & ev[S.KIND].isin(_DEVICE_WORK).to_numpy())
     rank = ev[S.RANK].to_numpy()
+    if group_of_rank is not None:
+        rank = group_of_rank[rank]
     work = work[stable_order_by(rank[work], ts[work])]
     w_rank, w_ts, w_end = rank[work].astype(np.int64), ts[work], end[work]
     reach = pd.Series(w_end).groupby(w_rank).cummax().to_numpy()
@@ -390,6 +408,103 @@ def _device_waits(trace, pred_end, pred_ev, silences) -> pd.DataFrame:
         kind=DEVICE_WAIT,
     )
     return edges.drop_duplicates(S.DST, keep="last").reset_index(drop=True)
+
+
+def _blocking_calls(trace: S.Trace) -> pd.DataFrame:
+    """``device_wait`` edges into host calls that blocked until device work ended.
+
+    A host event on a thread (no event nested in it, at least :data:`MIN_DEVICE_WAIT_NS` long)
+    blocked on its process's devices when a busy run of those devices went on for at least
+    that long inside it, the call returned within :data:`DEVICE_WAKE_TOLERANCE_NS` of the run's
+    end, and no device work of the process started in between (the devices then waited for
+    the host). The edge runs from the run's latest-ending event to the call; as it ends after
+    the call starts, the graph gives the call a completion node bound by it (as a recorded
+    synchronize). Only where the reader names the host process (XPlane: one process drives
+    every device of its file, each device a rank; ``block_until_ready`` may be recorded as one
+    event spanning the wait). On Kineto traces the same tests find blocking pageable copies
+    (``cudaMemcpyAsync``) and MTIA synchronizes, but a path then running through the streams
+    they waited for meets stream waits nothing infers yet (kineto_negative_queue_rank0: 21% ->
+    54% gap): left out there until those are."""
+    ev = trace.events
+    ts = ev[S.TS].to_numpy()
+    end = ts + ev[S.DUR].to_numpy()
+    track = ev[S.TRACK].to_numpy()
+    on_thread = (S.strings(trace.tracks[S.TRACK_KIND]) == "cpu_thread")[track]
+    named = [int(r) for r, m in trace.meta.items() if "host_process" in m.info]
+    calls = np.flatnonzero(
+        on_thread
+        & (ev[S.KIND] == "host").to_numpy(dtype=bool)
+        & np.isin(ev[S.RANK].to_numpy(), named)
+    )
+    calls = calls[end[calls] - ts[calls] >= MIN_DEVICE_WAIT_NS]
+    if not len(calls):
+        return empty_evidence_frame()
+    # Leaves only: the next event of the thread starts at or after the call's end.
+    rt = _rank_track(ev)
+    on = np.flatnonzero(on_thread)
+    o = on[stable_order_by(rt[on], ts[on])]
+    nxt = np.full(len(ev), np.iinfo(np.int64).max, dtype=np.int64)
+    same = rt[o][1:] == rt[o][:-1]
+    nxt[o[:-1][same]] = ts[o[1:][same]]
+    calls = calls[nxt[calls] >= end[calls]]
+    rank = ev[S.RANK].to_numpy()
+    proc_of_rank = process_of_rank(trace)
+    runs = device_busy_runs(trace, proc_of_rank)
+    if not len(calls) or not len(runs.start):
+        return empty_evidence_frame()
+    proc = proc_of_rank[rank[calls]]
+    # The last run of the process ending by the call's end; the devices idle from there on.
+    k = search_pairs(runs.rank, runs.end, proc, end[calls], side="right") - 1
+    kc = np.maximum(k, 0)
+    after = np.minimum(kc + 1, len(runs.end) - 1)
+    idle_after = (
+        (kc + 1 >= len(runs.end)) | (runs.rank[after] != proc) | (runs.start[after] >= end[calls])
+    )
+    # Device time inside the call (runs split by the µs between back-to-back kernels).
+    waited = _busy_until(runs, proc, runs.end[kc]) - _busy_until(runs, proc, ts[calls])
+    ok = (k >= 0) & (runs.rank[kc] == proc) & idle_after & (runs.end[kc] > ts[calls])
+    ok &= (waited >= MIN_DEVICE_WAIT_NS) & (end[calls] - runs.end[kc] <= DEVICE_WAKE_TOLERANCE_NS)
+    c, run = calls[ok], kc[ok]
+    src, runner = runs.event[run], runs.runner_up[run]
+    return _frame(
+        src,
+        c,
+        rank[c],
+        end[c] - end[src],
+        waited[ok],
+        np.full(len(c), -1, dtype=np.int64),
+        runner,
+        np.where(runner >= 0, end[np.maximum(runner, 0)], -1),
+        kind=DEVICE_WAIT,
+    )
+
+
+def _busy_until(runs: BusyRuns, group: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per query: the ns the runs of ``group`` were busy before ``t``, counted from the start of
+    all runs (the same base for every query of a group, so differences are busy time)."""
+    busy = np.r_[0, np.cumsum(runs.end - runs.start)]  # busy[i]: before run i
+    i = search_pairs(runs.rank, runs.start, group, t, side="left")  # runs starting before t
+    last = np.maximum(i - 1, 0)
+    in_group = (i > 0) & (runs.rank[last] == group)
+    # The last run that started before t counts up to t; runs of other groups not at all.
+    partial = np.where(in_group, np.minimum(t, runs.end[last]) - runs.start[last], 0)
+    first = np.searchsorted(runs.rank, group, side="left")
+    return np.where(in_group, busy[last] + partial, busy[first])
+
+
+def process_of_rank(trace: S.Trace) -> np.ndarray:
+    """Per rank (indexed by rank): a code shared by the ranks one host process drives (the
+    devices of one XPlane file: ``meta.info['host_process']``), else the rank's own."""
+    ranks = sorted(set(int(r) for r in trace.meta) | set(np.unique(trace.events[S.RANK]).tolist()))
+    keys = [
+        ("process", trace.meta[r].info["host_process"])
+        if r in trace.meta and "host_process" in trace.meta[r].info
+        else ("rank", r)
+        for r in ranks
+    ]
+    out = np.zeros(max(ranks, default=0) + 1, dtype=np.int64)
+    out[ranks] = pd.factorize(pd.Series(keys, dtype=object))[0]
+    return out
 
 
 def _process(label: str) -> str:

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from tracediag.analysis.peers import median_of_others, peer_track_names, track_name_codes
+from tracediag.graph.idle_waits import process_of_rank
 from tracediag.graph.replay import WhatIf
 from tracediag.model import schema as S
 
@@ -60,8 +61,21 @@ def pace_excess(ctx) -> np.ndarray:
         ids, med, extra = host
         dur = ctx.trace.events[S.DUR].to_numpy()[ids]
         excess[ids] = np.where(extra, dur, np.where(np.isnan(med), 0, dur - np.nan_to_num(med)))
+    excess[_shared_host_work(ctx)] = 0
     ctx.__dict__["_pace_excess"] = excess
     return excess
+
+
+def _shared_host_work(ctx) -> np.ndarray:
+    """Per event: on a CPU thread of a process that drives several ranks (the devices of one
+    XPlane host). Its threads are split among those ranks (the Python thread goes to one of
+    them), so they are no rank's own pace: the rank holding the Python thread would be priced
+    as running the whole process's host work on top of its peers'."""
+    ev = ctx.trace.events
+    process = process_of_rank(ctx.trace)
+    shared = np.bincount(process, minlength=len(process))[process] > 1
+    cpu_track = (ctx.trace.tracks[S.TRACK_KIND].astype(str) == "cpu_thread").to_numpy()
+    return cpu_track[ev[S.TRACK].to_numpy()] & shared[ev[S.RANK].to_numpy()]
 
 
 def _gap_change(ctx, ranks: np.ndarray) -> WhatIf:
@@ -88,6 +102,8 @@ def _gap_change(ctx, ranks: np.ndarray) -> WhatIf:
     gap = g.gap[idx]
     new = np.maximum(np.floor(np.nan_to_num(med)), np.minimum(gap, 0)).astype(np.int64)
     late = np.isin(g.rank[idx], ranks) & ~np.isnan(med) & (gap > new)
+    node_event = g.event[idx]
+    late &= ~(_shared_host_work(ctx)[np.maximum(node_event, 0)] & (node_event >= 0))
     return WhatIf.gaps(idx[late], new[late])
 
 
