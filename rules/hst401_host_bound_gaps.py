@@ -465,14 +465,23 @@ def _by_cause(clusters, on_path, doing, ctx) -> list[list]:
 
     from tracediag.analysis.host_launches import event_names
 
+    if not clusters:
+        return []
     event, covered = doing
     names = event_names(ctx, event)
+    # Per cluster at once (a trace may have thousands): whether the path waits on one of its
+    # stalls, and its stall of most ``covered`` ns (the first of them, as np.argmax picks).
+    sizes = np.fromiter(map(len, clusters), np.int64, len(clusters))
+    members = np.concatenate(clusters)
+    starts = np.r_[0, np.cumsum(sizes)[:-1]]
+    waited = np.logical_or.reduceat(on_path[members], starts)
+    cluster = np.repeat(np.arange(len(clusters)), sizes)
+    cover = covered[members]
+    hits = np.flatnonzero(cover == np.maximum.reduceat(cover, starts)[cluster])
+    largest = members[hits[np.r_[True, cluster[hits][1:] != cluster[hits][:-1]]]]
     groups: dict = {}
-    for i, m in enumerate(clusters):
-        if not on_path[m].any():  # other ranks' stalls alone: not this path's pause
-            continue
-        name = names[m[np.argmax(covered[m])]]
-        groups.setdefault(name or i, []).append(m)
+    for i in np.flatnonzero(waited).tolist():  # other ranks' stalls alone: not this path's pause
+        groups.setdefault(names[largest[i]] or i, []).append(clusters[i])
     return list(groups.values())
 
 
@@ -547,6 +556,7 @@ def _clusters(lo: np.ndarray, hi: np.ndarray) -> list[np.ndarray]:
         return []
     o = np.argsort(lo, kind="stable")
     run_end = np.maximum.accumulate(hi[o])
-    new = np.r_[True, lo[o][1:] > run_end[:-1]]
-    groups = np.split(o, np.flatnonzero(new)[1:])
-    return sorted(groups, key=lambda m: -int((hi[m] - lo[m]).sum()))
+    starts = np.flatnonzero(np.r_[True, lo[o][1:] > run_end[:-1]])
+    groups = np.split(o, starts[1:])
+    total = np.add.reduceat((hi - lo)[o], starts)  # each cluster's stall ns, summed at once
+    return [groups[i] for i in np.argsort(-total, kind="stable").tolist()]

@@ -42,12 +42,14 @@ def warmup_note(ctx, ranks, lo: int, hi: int) -> str:
     ev = ctx.trace.events
     ts = ev[S.TS].to_numpy()
     over = (ts < hi) & (ts + ev[S.DUR].to_numpy() > lo) & np.isin(ev[S.RANK].to_numpy(), ranks)
-    names = ev[S.NAME].iloc[np.flatnonzero(over)].astype(str)
-    warm = names[names.str.contains(_WARMUP)]
+    # The distinct names are searched, not the overlapping rows' (often most of the trace).
+    texts, codes = S.text_codes(ev[S.NAME])
+    says_warmup = np.array([_WARMUP.search(t) is not None for t in texts] + [False])
+    warm = np.flatnonzero(over & says_warmup[codes])  # (code -1, no name: the trailing False)
     if not len(warm):
         return ""
     return (
-        f" The profiled iteration is a warm-up (`{warm.iloc[0]}`): allocations and first "
+        f" The profiled iteration is a warm-up (`{texts[codes[warm[0]]]}`): allocations and first "
         "launches are one-off costs, so these figures are not the steady state."
     )
 

@@ -63,13 +63,13 @@ def test_a_late_change_replays_only_the_loop_from_it(monkeypatch):
     replay(graph)
     plan = graph.replay_plan
     windows = []
-    loop = replay_module._anchor_ends
+    loop = replay_module._listed_anchor_ends  # (the interpreted loop)
 
     def spy(*args):
         windows.append(args[-2:])  # (first loop index, initial horizon)
         return loop(*args)
 
-    monkeypatch.setattr(replay_module, "_anchor_ends", spy)
+    monkeypatch.setattr(replay_module, "_listed_anchor_ends", spy)
     last = plan.loop[-1]
     got = _check(graph, WhatIf.durations([last], [graph.dur[last] + 1000]))
     n = len(plan.loop)

@@ -471,12 +471,15 @@ def _path_in_steps(seg: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     step, win, s, e = overlap_pairs(
         table["start_ns"].to_numpy(), table["end_ns"].to_numpy(), s0, e0
     )
-    cat = pd.Categorical(seg["category"].astype(str), categories=list(PATH_CATEGORIES))
+    # Each segment's index in PATH_CATEGORIES (-1: none), from its column's few distinct values.
+    texts, codes = S.text_codes(seg["category"])
+    known = {c: i for i, c in enumerate(PATH_CATEGORIES)}
+    category = np.array([known.get(t, -1) for t in texts] + [-1], dtype=np.int8)[codes]
     frame = pd.DataFrame(
         {
             "step": step,
             "rank": seg["rank"].to_numpy()[order][win],
-            "category": np.asarray(cat.codes)[order][win],
+            "category": category[order][win],
             "ns": e - s,
         }
     )
