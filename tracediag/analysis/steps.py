@@ -426,7 +426,7 @@ def _with_breakdown(trace: S.Trace, br: pd.DataFrame) -> pd.DataFrame:
     """``br`` with each rank's step's breakdown: the device activity clipped to the step, by
     temporal_breakdown's own unions, with the step as the window."""
     rank, start, end, code = device_activity(trace)
-    groups, starts, ends, codes = [], [], [], []
+    parts = []
     b_rank = br["rank"].to_numpy()
     for r in np.unique(rank).tolist():  # a loop over ranks, not events
         rows = np.flatnonzero(b_rank == r)
@@ -437,18 +437,13 @@ def _with_breakdown(trace: S.Trace, br: pd.DataFrame) -> pd.DataFrame:
         item, win, s, e = overlap_pairs(
             start[mine], end[mine], br["start_ns"].to_numpy()[order], br["end_ns"].to_numpy()[order]
         )
-        groups.append(order[win])
-        starts.append(s)
-        ends.append(e)
-        codes.append(code[mine][item])
+        # A rank's rows are its own groups: one rank's clipped activity at a time, not all
+        # ranks' at once (the report's peak memory).
+        parts.append(breakdown_of_codes(order[win], s, e, code[mine][item]))
     out = br.copy()
     step = out["step_ns"].to_numpy()
-    if groups:
-        bd = breakdown_of_codes(
-            np.concatenate(groups), np.concatenate(starts), np.concatenate(ends),
-            np.concatenate(codes),
-        )  # fmt: skip
-        bd = bd.reindex(np.arange(len(out)), fill_value=0)
+    if parts:
+        bd = pd.concat(parts).reindex(np.arange(len(out)), fill_value=0)
     else:
         bd = pd.DataFrame(0, index=np.arange(len(out)), columns=["total_ns"])
     for c in ("compute", "communication", "memory"):

@@ -27,6 +27,7 @@ from tracediag.cli import (
     trend_cmd,
 )
 from tracediag.cli import tui_cmd as tui_command
+from tracediag.io.release_memory import inputs_are_big, keep_freed_memory
 from tracediag.model.errors import TracediagError, UsageError
 
 EPILOG = """exit codes: 0 the gate passes, 1 it fails (check: findings at or above it, budgets
@@ -140,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     """The console script: ``main`` with a last resort against tracebacks and broken pipes."""
+    if inputs_are_big(sys.argv[1:]):  # numpy temporaries reuse the heap, not fresh kernel pages
+        keep_freed_memory()
     try:
         code = main()
     except KeyboardInterrupt:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracediag.analysis.context import Analysis, change_key
+from tracediag.graph.critical_path import chain_from
 from tracediag.graph.dependencies import Graph
 from tracediag.graph.replay import WhatIf
 from tracediag.model.findings import Finding
@@ -59,12 +60,7 @@ def binding_chain(graph: Graph) -> np.ndarray:
     t_end = end[graph.window].max()
     # The walk's node: ties on the last end go to the lowest node id (critical_path.walk).
     node = int(np.flatnonzero((end == t_end) & graph.window)[0])
-    bind = graph.bind.tolist()  # one step per chain node, a list's items are fastest
-    for _ in range(len(bind)):  # the bound stops a malformed cycle
-        on[node] = True
-        node = bind[node]
-        if node < 0 or on[node]:
-            break
+    on[chain_from(graph.bind, node)] = True
     return on
 
 

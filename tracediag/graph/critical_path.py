@@ -22,6 +22,7 @@ else a ``gap`` (see :func:`_leading`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -242,29 +243,70 @@ def _bind_chain(bind: np.ndarray, start: np.ndarray, node: int, t0: int) -> np.n
     one starting at or before ``t0`` (past it the path has nothing left to attribute).
 
     Only the node ids are collected here; the attribution is computed on the whole chain at
-    once. Numpy's per-item access is cheap for a chain much shorter than the graph (a device
-    trace's path: a few nodes in a hundred), a tight loop over a list of every node's parent
-    for a long one: the walk starts item by item and converts once it is long. The bound
-    (one step per node) stops a malformed cycle.
-    """
+    once."""
     # A node at or before t0 ends the chain like a root: its parent reads -1.
-    parent_of = np.where(start <= t0, -1, bind)
+    return chain_from(np.where(start <= t0, -1, bind), node)
+
+
+def chain_from(parent: np.ndarray, node: int) -> np.ndarray:
+    """The nodes from ``node`` along ``parent`` up to the first whose parent is negative; at
+    most one step per node (the bound stops a malformed cycle, whose nodes then repeat).
+
+    Numpy's per-item access is cheap for a chain much shorter than the graph (a device
+    trace's path: a few nodes in a hundred); a long one continues in a compiled loop on a big
+    graph, else in a tight loop over a list of every node's parent: the walk starts item by
+    item and switches once it is long."""
     chain: list[int] = []
     append = chain.append
-    by_item = min(len(parent_of), len(parent_of) // 16 + 1)
-    item = parent_of.item
+    by_item = min(len(parent), len(parent) // 16 + 1)
+    item = parent.item
     for _ in range(by_item):
         append(node)
         node = item(node)
         if node < 0:
             return np.asarray(chain, dtype=np.int64)
-    parent = parent_of.tolist()
-    for _ in range(len(parent) - by_item):
+    head = np.asarray(chain, dtype=np.int64)
+    kernel = _chain_kernel() if len(parent) > _COMPILE_ABOVE_NODES else None
+    if kernel is not None:
+        rest = np.empty(len(parent) - by_item, dtype=np.int64)
+        n = kernel(parent.astype(np.int64, copy=False), node, rest)
+        return np.concatenate([head, rest[:n]])
+    parents = parent.tolist()
+    chain = []
+    append = chain.append
+    for _ in range(len(parents) - by_item):
         append(node)
+        node = parents[node]
+        if node < 0:
+            break
+    return np.concatenate([head, np.asarray(chain, dtype=np.int64)])
+
+
+def _chain_walk(parent, node, out):
+    """``out`` filled with the nodes from ``node`` along ``parent`` while the parent is not
+    negative (at most ``len(out)``); returns how many."""
+    n = 0
+    while n < len(out):
+        out[n] = node
+        n += 1
         node = parent[node]
         if node < 0:
             break
-    return np.asarray(chain, dtype=np.int64)
+    return n
+
+
+# Above this many nodes a long chain is walked compiled: listing every node's parent costs
+# ~0.06 s a million nodes, the interpreted walk as much again a million steps, while numba
+# (already imported by the replay of such a graph) loads the cached loop in well under that.
+_COMPILE_ABOVE_NODES = 1_000_000
+
+
+@functools.cache
+def _chain_kernel():
+    """The compiled walk, or None where numba is missing or cannot compile it."""
+    from tracediag.io.compiled import compiled
+
+    return compiled(_chain_walk, np.array([-1]), 0, np.empty(1, dtype=np.int64))
 
 
 def window_of(graph: G.Graph) -> tuple[int, int]:
