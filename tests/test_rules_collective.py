@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.trace_factory import RankSpec, build
 from tests.worked_example import example_trace, rank_part
 from tracediag.engine.config import Config
 from tracediag.engine.diagnose import diagnose
 from tracediag.model.assembly import assemble
 from tracediag.model.findings import Severity
+from tracediag.rules.col201_collective_straggler import _binomial_tail
 
 WORK, SLOW, AR = 10_000, 13_000, 1_000
 
@@ -91,3 +94,46 @@ def test_col201_impact_is_the_wait_and_says_what_runs_beside_it():
     assert f.evidence["wait_beside_own_work_ns"] == {"0": 150}
     assert "rank 0 waits 300 ns for it" in f.message
     assert "Its own work runs beside 150 ns of that wait" in f.message
+
+
+def _job_with_arrivals(extra: list[list[int]]):
+    """4 ranks, one AllReduce per step; ``extra[k][r]``: rank r's extra work before step k's."""
+    specs = [RankSpec(r) for r in range(len(extra[0]))]
+    t = 0
+    prev_coll: dict[int, int] = {}
+    for k, row in enumerate(extra):
+        arrivals = [t + WORK + x for x in row]
+        start = max(arrivals)
+        for r, spec in enumerate(specs):
+            v = spec.add("ADD", "vector", "compute", t, arrivals[r], layer=f"layer_{k}")
+            c = spec.add("AllReduce", "cc", "collective", start, start + AR)
+            spec.collective(c, f"ar{k}", arrivals[r])
+            spec.dep(v, c)
+            if r in prev_coll:
+                spec.dep(prev_coll[r], v)
+            prev_coll[r] = c
+        t = start + AR
+    return build(*specs)
+
+
+def test_col201_last_by_jitter_at_2_of_3_is_info_but_far_later_is_not():
+    # Rank 0 last at 2 of the 3 AllReduces, by about what rank 1 is late at the third: on 4
+    # ranks one is last at 2 of 3 with a 62% chance (binomial), so it is noise: info.
+    assert _binomial_tail(2, 3, 0.25) == pytest.approx(3 / 16 * 3 / 4 + 1 / 64)  # 10/64
+    assert _binomial_tail(3, 3, 0.25) == pytest.approx(1 / 64)
+    assert _binomial_tail(1, 3, 0.25) == pytest.approx(1 - (3 / 4) ** 3)
+    assert _binomial_tail(1, 4, 0.25) == 1.0  # at or below the expected count: no evidence
+    jitter = [[400, 100, 0, 200], [300, 0, 100, 0], [0, 450, 100, 200]]
+    (f,) = [f for f in _col201(jitter) if f.ranks == (0,)]
+    assert f.evidence["late_instances"] == 2 and f.severity == Severity.INFO
+    assert "with a chance of 6" in f.message and "too few instances" in f.message  # 4 x 10/64
+    # The same count, but 3 µs late each time against the third's 450 ns: no noise, an error
+    # (5.7 µs saved of a 38 µs step).
+    late = [[3_000, 100, 0, 200], [3_000, 0, 100, 0], [0, 450, 100, 200]]
+    (f,) = [f for f in _col201(late) if f.ranks == (0,)]
+    assert f.severity == Severity.ERROR and "chance" not in f.message
+    assert (f.impact_ns, f.saving_ns) == (5_900, 5_700)
+
+
+def _col201(extra):
+    return diagnose(_job_with_arrivals(extra), Config(select=["COL201"])).findings
