@@ -14,3 +14,16 @@ def test_inputs_are_big_counts_files_and_directories_and_ignores_other_arguments
     assert inputs_are_big(argv, limit=1_100)
     assert not inputs_are_big(argv, limit=1_101)
     assert not inputs_are_big(["--version"], limit=1)
+
+
+def test_inputs_are_big_follows_no_link_loop_and_stops_on_a_huge_tree(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "empty.bin").write_bytes(b"")
+    (run / "loop").symlink_to(run, target_is_directory=True)  # a link back: not followed
+    assert not inputs_are_big([str(run)], limit=1)
+    for i in range(30):
+        (run / f"d{i}").mkdir()
+    (run / "d29" / "big.bin").write_bytes(b"x" * 10)
+    assert inputs_are_big([str(run)], limit=10)
+    assert not inputs_are_big([str(run)], limit=10, max_entries=5)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 from pathlib import Path
 
 # glibc's mallopt parameters (malloc.h)
@@ -49,16 +50,25 @@ def release_free_memory() -> None:
 BIG_INPUT_BYTES = 128 << 20
 
 
-def inputs_are_big(paths: list[str], limit: int = BIG_INPUT_BYTES) -> bool:
-    """Whether the files at ``paths`` (directories walked; other arguments ignored) hold at
-    least ``limit`` bytes; stops counting once there."""
-    total = 0
+def inputs_are_big(
+    paths: list[str], limit: int = BIG_INPUT_BYTES, max_entries: int = 10_000
+) -> bool:
+    """Whether the files at ``paths`` (directories walked, symbolic links to directories not
+    followed; other arguments ignored) hold at least ``limit`` bytes; stops counting once
+    there, or after ``max_entries`` directory entries (a huge tree is not walked to the end)."""
+    total, seen = 0, 0
     stack = [Path(p) for p in paths]
-    while stack:
+    while stack and seen < max_entries:
         path = stack.pop()
         try:
             if path.is_dir():
-                stack.extend(path.iterdir())
+                with os.scandir(path) as entries:
+                    for entry in entries:
+                        seen += 1
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(Path(entry.path))
+                        elif entry.is_file():
+                            total += entry.stat().st_size
             elif path.is_file():
                 total += path.stat().st_size
         except OSError:
