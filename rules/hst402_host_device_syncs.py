@@ -114,7 +114,7 @@ class HostDeviceSyncs(Rule):
         import pandas as pd
 
         from tracediag.analysis.intervals import interval_overlap
-        from tracediag.graph.idle_waits import device_busy_runs
+        from tracediag.graph.device_waits import device_busy_runs
         from tracediag.graph.replay import WhatIf
         from tracediag.whatif.saving_limit import limit_clause
 

@@ -22,9 +22,9 @@ from tracediag.engine.diagnose import diagnose
 from tracediag.graph import dependencies as G
 from tracediag.graph.critical_path import walk
 from tracediag.graph.dependencies import build_graph
-from tracediag.graph.idle_waits import STREAM_TOLERANCE_NS
 from tracediag.graph.inferred_edges import counts_by_rank, infer_edges
 from tracediag.graph.replay import WhatIf, replay
+from tracediag.graph.wait_evidence import STREAM_TOLERANCE_NS
 from tracediag.loading.loader import load
 from tracediag.model import schema as S
 
@@ -487,7 +487,7 @@ def test_jax_gemm_loop_path_follows_the_gpu_where_the_host_waits_for_it():
     # enqueued each 8-12 µs before it started, a recorded flow that explains the wait. One
     # more blocked inside its call: a pool worker's BufferSequencingEvent::Execute ran 133.8 µs
     # (its others 33-41 µs) while a GEMM ran 118.3 µs of it, and returned 15.5 µs after the
-    # GEMM's end, the GPU then idle (graph.idle_waits._blocking_calls).
+    # GEMM's end, the GPU then idle (graph.device_waits.blocking_calls).
     blocked = S.strings(ev[S.NAME])[waits[S.DST]] == "BufferSequencingEvent::Execute"
     assert blocked.sum() == 1 and not on_python[blocked].any()
     assert counts_by_rank(a.inferred)[0]["device_to_host_wait"] == len(waits) == 22

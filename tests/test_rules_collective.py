@@ -16,22 +16,8 @@ WORK, SLOW, AR = 10_000, 13_000, 1_000
 
 
 def _straggler_job(slow_rank: int | None = 2, n_ranks: int = 4, n_steps: int = 3):
-    specs = [RankSpec(r) for r in range(n_ranks)]
-    t = 0
-    prev_coll: dict[int, int] = {}
-    for k in range(n_steps):
-        arrivals = [t + (SLOW if r == slow_rank else WORK) for r in range(n_ranks)]
-        start = max(arrivals)
-        for r, spec in enumerate(specs):
-            v = spec.add("ADD", "vector", "compute", t, arrivals[r], layer=f"layer_{k}")
-            c = spec.add("AllReduce", "cc", "collective", start, start + AR)
-            spec.collective(c, f"ar{k}", arrivals[r])
-            spec.dep(v, c)
-            if r in prev_coll:
-                spec.dep(prev_coll[r], v)
-            prev_coll[r] = c
-        t = start + AR
-    return build(*specs)
+    late = [SLOW - WORK if r == slow_rank else 0 for r in range(n_ranks)]
+    return _job_with_arrivals([late] * n_steps)
 
 
 def test_col201_names_the_straggler_and_saves_its_skew():
@@ -97,7 +83,8 @@ def test_col201_impact_is_the_wait_and_says_what_runs_beside_it():
 
 
 def _job_with_arrivals(extra: list[list[int]]):
-    """4 ranks, one AllReduce per step; ``extra[k][r]``: rank r's extra work before step k's."""
+    """One AllReduce per step after WORK on every rank; ``extra[k][r]``: rank r's extra work
+    before step k's."""
     specs = [RankSpec(r) for r in range(len(extra[0]))]
     t = 0
     prev_coll: dict[int, int] = {}

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from tracediag.analysis.intervals import interval_overlap, overlap_pairs
-from tracediag.graph.idle_waits import DEVICE_WAKE_TOLERANCE_NS, device_busy_runs
+from tracediag.graph.device_waits import device_busy_runs
+from tracediag.graph.wait_evidence import DEVICE_WAKE_TOLERANCE_NS
 from tracediag.model import schema as S
 
 
@@ -87,7 +88,7 @@ def device_busy_until(
     progress at ``lo`` or starting within :data:`_QUEUED_START_NS` of it (work queued before
     the host went quiet; a run that starts later was launched during the stall, the device
     idling before it), when a thread of the rank wakes within
-    :data:`~tracediag.graph.idle_waits.DEVICE_WAKE_TOLERANCE_NS` of that end: a wait the graph
+    :data:`~tracediag.graph.wait_evidence.DEVICE_WAKE_TOLERANCE_NS` of that end: a wait the graph
     did not bind (too short for the inference to tell from overhead). A host that resumes
     later was busy, not waiting, while the device drained its queue. With ``woken`` False the
     wake is not asked: when the device drained, whatever the host did meanwhile."""
@@ -153,9 +154,9 @@ def launch_span_within(ctx, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray) ->
 
 def device_busy_within(ctx, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Per window ``[lo, hi]`` of a rank: the ns its devices work inside it (the union of
-    their busy runs, ``idle_waits.device_busy_runs``)."""
+    their busy runs, ``device_waits.device_busy_runs``)."""
 
-    from tracediag.graph.idle_waits import device_busy_runs
+    from tracediag.graph.device_waits import device_busy_runs
 
     runs = device_busy_runs(ctx.trace)
     out = np.zeros(len(lo), dtype=np.int64)

@@ -243,7 +243,7 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
     e_dst = np.concatenate([f[S.DST].to_numpy() for f in frames]).astype(np.int64, copy=False)
     e_code = np.concatenate([_edge_codes(f[S.EDGE_KIND]) for f in frames])
     # A device wait whose source ends after its host call starts blocked inside that call
-    # (graph.idle_waits._blocking_calls): a completion, as a recorded synchronize's.
+    # (graph.device_waits.blocking_calls): a completion, as a recorded synchronize's.
     completion = (
         ((e_code == SYNC) & is_sync[e_dst])
         | ((e_code == DEVICE_WAIT) & (ts[e_src] + dur[e_src] > ts[e_dst]))

@@ -22,14 +22,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracediag.graph.idle_waits import (
+from tracediag.graph.idle_waits import idle_wait_edges, recorded_predecessors
+from tracediag.graph.wait_evidence import (
     DEVICE_WAIT,
     EVIDENCE_COLUMNS,
     STREAM_WAIT,
     THREAD_HANDOFF,
     empty_evidence_frame,
-    idle_wait_edges,
-    recorded_predecessors,
 )
 from tracediag.model import schema as S
 
@@ -49,7 +48,7 @@ INFERENCE_OF_KIND = {
 
 def infer_edges(trace: S.Trace) -> pd.DataFrame:
     """Every inferred edge: SRC, DST, EDGE_KIND (one of :data:`INFERRED_EDGE_KINDS`) and the
-    evidence columns of :data:`tracediag.graph.idle_waits.EVIDENCE_COLUMNS`."""
+    evidence columns of :data:`tracediag.graph.wait_evidence.EVIDENCE_COLUMNS`."""
     recorded = recorded_predecessors(trace) if len(trace.events) else None
     parts = [f for f in (wait_edges(trace, recorded), idle_wait_edges(trace, recorded)) if len(f)]
     out = pd.concat(parts, ignore_index=True) if parts else empty_evidence_frame()

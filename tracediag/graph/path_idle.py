@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from tracediag.graph.dependencies import Graph, stable_order_by
-from tracediag.graph.idle_waits import MIN_THREAD_SILENCE_NS, search_pairs
+from tracediag.graph.wait_evidence import MIN_THREAD_SILENCE_NS, search_pairs
 from tracediag.model import schema as S
 
 #: A host thread that records nothing this long idled (the hand-off inference's silence: a

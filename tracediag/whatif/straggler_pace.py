@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from tracediag.analysis.peers import median_of_others, peer_track_names, track_name_codes
-from tracediag.graph.idle_waits import process_of_rank
 from tracediag.graph.replay import WhatIf
+from tracediag.graph.wait_evidence import process_of_rank
 from tracediag.model import schema as S
 
 #: The kinds whose durations the pace sets (a collective body's length follows from arrivals).
@@ -71,11 +71,16 @@ def _shared_host_work(ctx) -> np.ndarray:
     XPlane host). Its threads are split among those ranks (the Python thread goes to one of
     them), so they are no rank's own pace: the rank holding the Python thread would be priced
     as running the whole process's host work on top of its peers'."""
+    cached = ctx.__dict__.get("_pace_shared_host_work")
+    if cached is not None:
+        return cached
     ev = ctx.trace.events
     process = process_of_rank(ctx.trace)
     shared = np.bincount(process, minlength=len(process))[process] > 1
     cpu_track = (ctx.trace.tracks[S.TRACK_KIND].astype(str) == "cpu_thread").to_numpy()
-    return cpu_track[ev[S.TRACK].to_numpy()] & shared[ev[S.RANK].to_numpy()]
+    out = cpu_track[ev[S.TRACK].to_numpy()] & shared[ev[S.RANK].to_numpy()]
+    ctx.__dict__["_pace_shared_host_work"] = out
+    return out
 
 
 def _gap_change(ctx, ranks: np.ndarray) -> WhatIf:
