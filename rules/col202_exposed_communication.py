@@ -10,7 +10,7 @@ from tracediag.model import schema as S
 from tracediag.model.collective_ops import bus_factor
 from tracediag.model.findings import Severity
 from tracediag.model.units import fmt_ns
-from tracediag.model.wording import bus_bandwidth_text, plural
+from tracediag.model.wording import bus_bandwidth_text, plural, ranks_label
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -31,7 +31,10 @@ class ExposedCommunication(Rule):
     doc = {
         "what it finds": "Time on the critical path where a collective moves data (after every "
         "participant arrived) while no compute runs on that rank, grouped by rank and operation, "
-        "with the achieved algorithm and bus bandwidth against the link's.",
+        "with the achieved algorithm and bus bandwidth against the link's. Transfers that every "
+        "participant in the inputs leaves as exposed (no compute on it for at least half that "
+        "time) are the job's: one finding names all their ranks, not the one the path happens "
+        "to cross.",
         "why it matters": "Communication that compute does not hide adds directly to the step. "
         "Either the transfer is slow for its size (bus bandwidth far below the link's) or it is "
         "scheduled where nothing can overlap it.",
@@ -45,6 +48,9 @@ class ExposedCommunication(Rule):
     }
 
     def check(self, ctx, opts):
+        import numpy as np
+        import pandas as pd
+
         from tracediag.analysis.hardware import credible_peak
         from tracediag.analysis.intervals import uncovered_by_compute
         from tracediag.engine.saving_bound import impact_covering_saving
@@ -70,8 +76,14 @@ class ExposedCommunication(Rule):
             op=coll.loc[tr["event"], S.COLL_OP].astype(str).to_numpy(),
         )
         tr = tr[tr["exposed"] > 0]
+        if not len(tr):
+            return
+        # A transfer every participant leaves as exposed is the job's, not the rank the path
+        # happens to cross (the one ending last): one finding names them all.
+        tr = tr.assign(who=np.where(_exposed_alike(ctx, tr), -1, tr["rank"].to_numpy()))
         sizes = ctx.trace.collectives.groupby(S.COLL_KEY)[S.RANK].nunique()
-        for (rank, op), grp in tr.groupby(["rank", "op"]):
+        for (who, op), grp in tr.groupby(["who", "op"]):
+            rank = int(grp["rank"].iloc[0])
             impact = int(grp["exposed"].sum())
             if ctx.pct(impact) < opts["min_impact_pct"]:
                 continue
@@ -80,10 +92,15 @@ class ExposedCommunication(Rule):
             # What the change also takes off the path beyond the exposed transfer (its gaps).
             exposed = impact
             impact = impact_covering_saving(ctx, change, exposed, int(saving))
-            body = ctx.trace.collectives[
-                ctx.trace.collectives[S.COLL_KEY].isin(grp["coll_key"])
-                & (ctx.trace.collectives[S.RANK] == rank)
-            ]
+            every = ctx.trace.collectives
+            in_grp = every[S.COLL_KEY].isin(grp["coll_key"]).to_numpy()
+            ranks = tuple(int(r) for r in np.unique(every[S.RANK].to_numpy()[in_grp]))
+            if who >= 0:
+                ranks = (rank,)
+            # The bandwidth of the transfers the path runs through (one rank's each).
+            crossed = pd.MultiIndex.from_arrays([grp["coll_key"], grp["rank"]])
+            keys = pd.MultiIndex.from_arrays([every[S.COLL_KEY], every[S.RANK]])
+            body = every[keys.isin(crossed)]
             nbytes = float(body[S.BYTES].sum())
             t_ns = float(ctx.graph.dur[ctx.nodes_of(body[S.EVENT].to_numpy())].sum())
             algbw = nbytes / t_ns * 1e9 if t_ns > 0 and nbytes > 0 else float("nan")
@@ -126,11 +143,11 @@ class ExposedCommunication(Rule):
                 self,
                 severity=severity,
                 message=(
-                    f"On rank {rank}, {kind} {'runs' if n_inst == 1 else 'run'} on the critical path "
-                    f"with no compute beside {'it' if n_inst == 1 else 'them'} for {fmt_ns(exposed)} ({ctx.share(exposed)}){bw_txt}. "
+                    f"On {_whose(ranks, who)}, {kind} {'runs' if n_inst == 1 else 'run'} on the critical path "
+                    f"with no compute beside {'it' if n_inst == 1 else 'them'}{'' if who >= 0 else ' on any of them'} for {fmt_ns(exposed)} ({ctx.share(exposed)}){bw_txt}. "
                     f"Fully overlapped with compute the step would be {fmt_ns(saving)} shorter.{partial}"
                 ),
-                ranks=(int(rank),),
+                ranks=ranks,
                 engine="cc",
                 op=op_name,
                 start_ns=int(grp["start_ns"].min()),
@@ -150,6 +167,44 @@ class ExposedCommunication(Rule):
                     "coll_keys": grp["coll_key"].head(20).astype(int).tolist(),
                 },
             )
+
+
+#: A participant leaves a transfer exposed alike when this share of the time the path's rank
+#: leaves exposed has no compute on it either.
+ALIKE_SHARE = 0.5
+
+
+def _exposed_alike(ctx, tr: pd.DataFrame):
+    """Per path transfer: whether every other participant in the inputs (at least one) also
+    runs no compute for :data:`ALIKE_SHARE` of its exposed time, over the same interval."""
+    import numpy as np
+    import pandas as pd
+
+    from tracediag.analysis.intervals import uncovered_by_compute
+
+    coll = ctx.trace.collectives
+    rows = coll[coll[S.COLL_KEY].isin(tr["coll_key"])]
+    seg = pd.DataFrame({"coll_key": tr["coll_key"].to_numpy(), "seg": np.arange(len(tr))})
+    pairs = seg.merge(
+        pd.DataFrame({"coll_key": rows[S.COLL_KEY].to_numpy(), "peer": rows[S.RANK].to_numpy()}),
+        on="coll_key",
+    )
+    i = pairs["seg"].to_numpy()
+    pairs = pairs[pairs["peer"].to_numpy() != tr["rank"].to_numpy()[i]]
+    i, peer = pairs["seg"].to_numpy(), pairs["peer"].to_numpy()
+    lo, hi = tr["start_ns"].to_numpy()[i], tr["end_ns"].to_numpy()[i]
+    left = uncovered_by_compute(ctx.trace.events, peer, lo, hi)
+    alike = left >= ALIKE_SHARE * tr["exposed"].to_numpy()[i]
+    out = np.zeros(len(tr), dtype=bool)
+    n_peers = np.bincount(i, minlength=len(tr))
+    out[n_peers > 0] = True
+    np.logical_and.at(out, i, alike)
+    return out
+
+
+def _whose(ranks: tuple[int, ...], who: int) -> str:
+    """``"rank 2"``; ``"ranks 0-3 (every participant)"`` for a job-wide finding."""
+    return ranks_label(list(ranks)) + ("" if who >= 0 else " (every participant)")
 
 
 def _kind_words(ctx, op: str, body: pd.DataFrame, n_inst: int) -> tuple[str, str]:

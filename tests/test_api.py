@@ -218,7 +218,11 @@ def test_config_as_mapping_path_or_config(generated, straggler, tmp_path, monkey
 
 def test_per_trace_ignores_apply_as_in_the_cli(straggler):
     d = tracediag.diagnose(straggler[0], {"per-trace-ignores": {"rank:1": ["COL"]}})
-    assert not [f for f in d.findings if f.code.startswith("COL")]
+    # dropped: the findings on rank 1 alone; kept: the all-reduce both ranks expose (COL202)
+    assert not [f for f in d.findings if f.code.startswith("COL") and set(f.ranks) == {1}]
+    assert [f.ranks for f in d.findings if f.code.startswith("COL")] == [(0, 1)]
+    full = tracediag.diagnose(straggler[0])
+    assert {f.code for f in full.findings if set(f.ranks) == {1}} >= {"COL201"}
 
 
 # ---- what_if ---------------------------------------------------------------------------------

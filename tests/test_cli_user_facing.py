@@ -441,9 +441,11 @@ def test_diff_of_host_only_traces_names_no_rank_by_step_time(cli):
     data = orjson.loads(out)
     assert data["slower_rank"] is None
     assert data["notes"][0].startswith("no rank is named slower: the ranks have no compute/memory")
-    # rank 1's COL201 (info in the clean run, error here) is one straggler: changed, not added
+    # rank 1's COL201 (info in the clean run, error here) is one straggler: changed, not added;
+    # the all-reduces every rank exposes are the job's in both runs (a smaller share here)
     changed = [(f["code"], f["ranks"], f["a_severity"]) for f in data["findings"]["changed"]]
-    assert changed == [("COL201", [1], "info")] and data["findings"]["added"] == []
+    assert sorted(changed) == [("COL201", [1], "info"), ("COL202", [0, 1, 2, 3], "warning")]
+    assert data["findings"]["added"] == []
     text = cli("diff", GLOO_JOBS / "clean", GLOO_JOBS / "straggler_compute", "-q")[1]
     assert "own work (grew most)" not in text and "\nnote: no rank is named slower" in text
 
@@ -457,15 +459,15 @@ def test_diff_shows_a_finding_whose_severity_changed(cli):
     )
     assert code == 0
     found = orjson.loads(out)["findings"]
-    (changed,) = found["changed"]
-    assert (changed["code"], changed["ranks"]) == ("COL201", [rank])
+    (changed,) = [f for f in found["changed"] if f["code"] == "COL201"]
+    assert changed["ranks"] == [rank]
     assert (changed["a_severity"], changed["severity"]) == ("info", "error")
     assert changed["saving_ns"] > 10 * changed["a_saving_ns"] > 0
     assert "COL201" not in [f["code"] for f in found["added"]]
     text = cli("diff", GLOO_JOBS / "clean", GLOO_JOBS / "straggler_sleep", "-q")[1]
     row = re.search(rf"\n  changed +COL201 +info -> error +{rank} .*", text)
     assert row and f"{fmt_ns(changed['a_saving_ns'])} -> {fmt_ns(changed['saving_ns'])}" in row[0]
-    assert "(1 at another severity)" in text
+    assert "(2 at another severity)" in text
 
 
 def test_baseline_gate_lines_name_the_rank_of_new_and_fixed_findings(cli, tmp_path):

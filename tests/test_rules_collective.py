@@ -48,7 +48,9 @@ def test_worked_example_skew_and_exposed_transfer():
     assert (skew.ranks, skew.impact_ns, skew.saving_ns) == ((1,), 150, 150)
     assert (skew.start_ns, skew.end_ns, skew.engine) == (320, 570, "vector")
     exposed = by_code["COL202"]
-    assert (exposed.ranks, exposed.impact_ns, exposed.saving_ns) == ((0,), 100, 100)
+    # both ranks transfer 570-670 ns with no compute beside it: the job's, not rank 0's
+    assert (exposed.ranks, exposed.impact_ns, exposed.saving_ns) == ((0, 1), 100, 100)
+    assert exposed.message.startswith("On ranks 0-1 (every participant), 1 AllReduce transfer")
 
 
 def test_worked_example_without_straggler_has_no_skew():

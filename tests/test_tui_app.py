@@ -112,6 +112,8 @@ def test_findings_filters_and_sort(diagnosis):
         assert codes() == ["COL201"]
         await pilot.press("x")
         assert codes() == ["COL201", "COL202", "DMA101"]
+        await pilot.press("R")  # rank 0: the all-reduce both ranks expose names it too
+        assert screen.query_state.rank == 0 and codes() == ["COL202"]
         await pilot.press("R")  # rank 1: every finding names it
         assert screen.query_state.rank == 1 and len(codes()) == 3
         await pilot.press("x", "s")  # sort by the next column after saving: code, ascending
