@@ -97,7 +97,12 @@ class HostDeviceSyncs(Rule):
         "at least `min_call_ns`. Calls of one name under one layer and op are one cause. The "
         "what-if lets each call block only as long as the device works during it (the union "
         "of the rank's device work inside the call): the rest of the wait is the device itself "
-        "waiting (on another stream, a peer, the host) while the host can do nothing.",
+        "waiting (on another stream, a peer, the host) while the host can do nothing. A call "
+        "whose return the graph binds to the device work it waited for (a recorded "
+        "synchronize, or one inferred: it returned just after the device went idle) is "
+        "released from that work in the what-if, and the critical path's time inside it counts "
+        "whatever runs there: the path then goes through the device work, and the saving says "
+        "how much returning earlier would gain.",
         "why it matters": "While the host blocks it launches nothing: once the device has "
         "drained what was queued before the sync, it idles until the host resumes and queues "
         "more. HTA counts such calls among CPU-GPU synchronisation; here the time is placed on "
@@ -114,6 +119,7 @@ class HostDeviceSyncs(Rule):
         import pandas as pd
 
         from tracediag.analysis.intervals import interval_overlap
+        from tracediag.engine.saving_bound import binding_chain_of
         from tracediag.graph.device_waits import device_busy_runs
         from tracediag.graph.replay import WhatIf
         from tracediag.whatif.saving_limit import limit_clause
@@ -121,10 +127,17 @@ class HostDeviceSyncs(Rule):
         ids, lo, hi = blocking_syncs(ctx, opts["min_call_ns"])
         if not len(ids):
             return
+        waits = _completions(ctx, ids)
         seg = ctx.path.segments
-        host = seg[(seg["category"] == "host").to_numpy()]
-        hs, he = host["start_ns"].to_numpy(), host["end_ns"].to_numpy()
-        on_path = interval_overlap(lo, hi, hs, he)  # the path's host time inside each call
+        ss, se = seg["start_ns"].to_numpy(), seg["end_ns"].to_numpy()
+        host = (seg["category"] == "host").to_numpy()
+        # The path's time inside each call: its host time, or all of it where the call returns
+        # on the path when the device work it waits for ends (the path runs through that work).
+        on_chain = np.zeros(len(ids), bool)
+        on_chain[waits >= 0] = binding_chain_of(ctx)[waits[waits >= 0]]
+        on_path = np.where(
+            on_chain, interval_overlap(lo, hi, ss, se), interval_overlap(lo, hi, ss[host], se[host])
+        )
         if not (on_path > 0).any():
             return
         ev = ctx.trace.events
@@ -149,10 +162,13 @@ class HostDeviceSyncs(Rule):
             impact = int(on_path[m].sum())
             if ctx.pct(impact) < opts["min_impact_pct"]:
                 continue
-            nodes = ctx.nodes_of(ids[m])
-            ok = nodes >= 0
-            # each call blocks only while the device works inside it
-            change = WhatIf.durations(nodes[ok], busy[m][ok])
+            nodes, comp = ctx.nodes_of(ids[m]), waits[m]
+            ok, freed = (nodes >= 0) & (comp < 0), comp >= 0
+            # each call blocks only while the device works inside it: a call that returns when
+            # device work ends no longer waits for it, but for that long after it began
+            change = WhatIf.durations(nodes[ok], busy[m][ok]) + WhatIf.released(
+                comp[freed], busy[m][freed]
+            )
             saving = int(ctx.what_if(change))
             why = limit_clause(ctx, change, saving, impact)  # what holds the path instead
             dur = hi[m] - lo[m]
@@ -188,6 +204,22 @@ class HostDeviceSyncs(Rule):
                     **_copy_evidence(copy.iloc[m]),
                 },
             )
+
+
+def _completions(ctx, ids):
+    """Per call: its completion node when device work binds its return (a recorded
+    synchronize's ``sync`` edge, an inferred ``device_wait``), else -1."""
+    import numpy as np
+
+    from tracediag.graph.dependencies import COMPLETION, DEVICE_WAIT, SYNC
+
+    g = ctx.graph
+    out = g.event_node[ids]
+    node = np.maximum(out, 0)
+    waits = (
+        (out >= 0) & (g.role[node] == COMPLETION) & np.isin(g.bind_code[node], (SYNC, DEVICE_WAIT))
+    )
+    return np.where(waits, out, -1)
 
 
 def _text(ev, col, rows):

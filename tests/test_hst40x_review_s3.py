@@ -268,9 +268,10 @@ def test_hst402_is_info_when_its_saving_is_a_sliver_of_the_typical_step():
         first = min(s27, key=lambda d: d["ts"])
         assert first["ts"] - c["ts"] > 0.93 * c["dur"]
     (f,) = _findings(NEGQ, "HST402")
-    # The replay saves 1.293 ms in all: 0.26 ms a step, 0.12% of the typical step (0.6% were
-    # it all one step's), under the 2% warning line (4.32 ms a step): info is right.
-    assert f.saving_ns == pytest.approx(1_293_000, rel=0.01)
+    # The replay saves ~1.2 ms in all (1.293 ms before the calls' return was bound to the
+    # device work they wait for, 1.187 ms since): ~0.25 ms a step, 0.12% of the typical step
+    # (0.6% were it all one step's), under the 2% warning line (4.32 ms a step): info is right.
+    assert 0 < f.saving_ns < 0.01 * typical_ns
     assert f.saving_ns / len(calls) < 0.02 * typical_ns
     assert f.saving_ns < 0.02 * typical_ns
     assert f.severity.name == "INFO"

@@ -34,6 +34,7 @@ from tracediag.analysis.context import Analysis, change_key
 from tracediag.engine.diagnose import diagnose
 from tracediag.engine.shared_savings import label
 from tracediag.generator import SCENARIOS, generate
+from tracediag.graph.dependencies import SYNC_DONE
 from tracediag.graph.replay import WhatIf, joint, replay
 from tracediag.loading.loader import load
 
@@ -130,9 +131,23 @@ def _generated(scenario: str, tmp_path_factory) -> Path:
     return _JOBS[scenario]
 
 
+def _released_gaps(graph, nodes) -> np.ndarray:
+    """Gaps with the completion ``nodes`` waiting only for their call's begin (the
+    ``sync_completion`` edge), no longer for the device work: their start less that begin's
+    end, read off the predecessor lists here rather than from ``replay.released_graph``."""
+    gap = graph.gap.copy()
+    for v in np.unique(nodes).tolist():
+        lo, hi = graph.pred_ptr[v], graph.pred_ptr[v + 1]
+        begin = graph.pred_src[lo:hi][graph.pred_code[lo:hi] == SYNC_DONE]
+        gap[v] = graph.start[v] - graph.end[begin].max()
+    return gap
+
+
 def _applied(graph, change: WhatIf) -> tuple[np.ndarray, np.ndarray]:
     """Durations and gaps with ``change`` made, as the replay makes it."""
     dur, gap = graph.dur.copy(), graph.gap.copy()
+    if change.release_nodes is not None and len(change.release_nodes):
+        gap = _released_gaps(graph, change.release_nodes)
     if change.dur_nodes is not None and len(change.dur_nodes):
         dur[change.dur_nodes] = np.maximum(change.dur_values, 0)
     if change.gap_nodes is not None and len(change.gap_nodes):
@@ -143,7 +158,10 @@ def _applied(graph, change: WhatIf) -> tuple[np.ndarray, np.ndarray]:
 def removable_ns(graph, change: WhatIf) -> int:
     """What ``change`` removes at most: the time it takes off durations and gaps."""
     dur, gap = _applied(graph, change)
-    return int(np.maximum(graph.dur - dur, 0).sum() + np.maximum(graph.gap - gap, 0).sum())
+    base = graph.gap
+    if change.release_nodes is not None and len(change.release_nodes):
+        base = _released_gaps(graph, change.release_nodes)  # what the call blocked
+    return int(np.maximum(graph.dur - dur, 0).sum() + np.maximum(base - gap, 0).sum())
 
 
 pytestmark = pytest.mark.parametrize("checked", INPUTS, indirect=True)

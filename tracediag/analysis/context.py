@@ -260,7 +260,8 @@ def _change_digest(change: WhatIf) -> bytes:
     """A digest of what ``change`` sets: equal for changes that set the same nodes to the same
     values in the same order (a replay of one is a replay of the other)."""
     h = hashlib.blake2b(digest_size=16)
-    for part in (change.dur_nodes, change.dur_values, change.gap_nodes, change.gap_values):
+    parts = (change.dur_nodes, change.dur_values, change.gap_nodes, change.gap_values)
+    for part in (*parts, change.release_nodes):
         a = np.zeros(0, dtype=np.int64) if part is None else np.ascontiguousarray(part, np.int64)
         h.update(len(a).to_bytes(8, "little"))
         h.update(a.tobytes())

@@ -29,7 +29,7 @@ import numpy as np
 from tracediag.analysis.context import Analysis, change_key
 from tracediag.graph.critical_path import chain_from
 from tracediag.graph.dependencies import Graph
-from tracediag.graph.replay import WhatIf
+from tracediag.graph.replay import WhatIf, graph_of
 from tracediag.model.findings import Finding
 
 
@@ -64,13 +64,21 @@ def binding_chain(graph: Graph) -> np.ndarray:
     return on
 
 
+def binding_chain_of(analysis: Analysis, graph: Graph | None = None) -> np.ndarray:
+    """:func:`binding_chain` of ``graph`` (default: the analysis's), made once per graph and
+    kept on ``analysis`` for all its findings."""
+    graph = analysis.graph if graph is None else graph
+    chains = analysis.__dict__.setdefault("_binding_chains", {})
+    if id(graph) not in chains:  # graphs replayed live as long as the analysis's graph
+        chains[id(graph)] = binding_chain(graph)
+    return chains[id(graph)]
+
+
 def change_effect(analysis: Analysis, change: WhatIf) -> ChangeEffect:
     """The :class:`ChangeEffect` of ``change`` on ``analysis``'s graph, with its values as the
     replay applies them (durations floored at 0; a node set twice keeps the last value)."""
-    g = analysis.graph
-    chain = analysis.__dict__.get("_binding_chain")
-    if chain is None:  # one chain per analysis, for all its findings
-        chain = analysis.__dict__["_binding_chain"] = binding_chain(g)
+    g = graph_of(analysis.graph, change)
+    chain = binding_chain_of(analysis, g)
     root = g.pred_ptr[1:] == g.pred_ptr[:-1]
     removed = on_path = added = early = 0
     for nodes, values, base, is_gap in (

@@ -106,7 +106,8 @@ def node_categories(graph: G.Graph, trace: S.Trace) -> tuple[np.ndarray, np.ndar
     # A thread woken by another thread's work or by the device work it waited for: CPU time
     # from that work's end to its next call.
     woken = (code == G.THREAD_HANDOFF) | (code == G.DEVICE_WAIT)
-    gapc[(code == G.LAUNCH) | (code == G.SYNC_DONE) | woken] = _CAT["host"]
+    dispatched = (code == G.LAUNCH) | (code == G.DISPATCH_WAIT)  # launch latency: host's
+    gapc[dispatched | (code == G.SYNC_DONE) | woken] = _CAT["host"]
     gapc[code == G.COLL_START] = _CAT["collective_transfer"]
     po = code == G.PROGRAM_ORDER
     gapc[po & cpu_track[tk_index]] = _CAT["host"]

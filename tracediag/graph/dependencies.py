@@ -32,7 +32,7 @@ BODY, ARRIVAL, INSTANCE, COMPLETION = 0, 1, 2, 3
 # Edge codes (why a predecessor constrains a node)
 PROGRAM_ORDER, DEPENDENCY, DMA_TRIGGER, LAUNCH, FLOW, SYNC = 0, 1, 2, 3, 4, 5
 COLL_ARRIVAL, COLL_START, SYNC_DONE = 6, 7, 8
-STREAM_WAIT, THREAD_HANDOFF, DEVICE_WAIT = 9, 10, 11  # inferred (graph.idle_waits)
+STREAM_WAIT, THREAD_HANDOFF, DEVICE_WAIT, DISPATCH_WAIT = 9, 10, 11, 12  # inferred (idle_waits)
 EDGE_CODE_NAMES = (
     "program_order",
     "dependency",
@@ -46,6 +46,7 @@ EDGE_CODE_NAMES = (
     "stream_wait",
     "thread_handoff",
     "device_wait",
+    "dispatch_wait",
 )
 _FORMAT_EDGE_CODES = {
     "dependency": DEPENDENCY,
@@ -56,6 +57,7 @@ _FORMAT_EDGE_CODES = {
     "stream_wait": STREAM_WAIT,
     "thread_handoff": THREAD_HANDOFF,
     "device_wait": DEVICE_WAIT,
+    "dispatch_wait": DISPATCH_WAIT,
 }
 
 
@@ -84,6 +86,9 @@ class Graph:
     window: np.ndarray  # nodes that define the analysed window (device work; all if none)
     dropped_edges: dict[str, int] = field(default_factory=dict)
     replay_plan: object | None = field(default=None, repr=False)  # cached by replay.py
+    # Graphs with some completions released from the device work they wait for, by the
+    # released nodes (replay.released_graph).
+    released: dict = field(default_factory=dict, repr=False)
 
     @property
     def end(self) -> np.ndarray:

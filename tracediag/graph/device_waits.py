@@ -1,5 +1,6 @@
-"""Host threads that waited for their devices: ``device_wait`` edges (see
-:mod:`tracediag.graph.idle_waits` for the inferences together).
+"""Host threads that waited for their devices (``device_wait`` edges), and devices that waited
+for their host (``dispatch_wait``); see :mod:`tracediag.graph.idle_waits` for the inferences
+together.
 
 - A host thread silent while the device worked resumes just after the device's busy run ends,
   the device then idle until the host gives it more (a synchronous loop:
@@ -8,6 +9,8 @@
   (:func:`device_waits`).
 - A host call that blocked inside itself until the device work ended (:func:`blocking_calls`):
   the edge goes to that call, whose end the graph then takes from the device work.
+- Device work no recorded launch ties to the host that starts right after a host call returns,
+  its devices idle until then (:func:`dispatch_waits`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from tracediag.graph.dependencies import stable_order_by
 from tracediag.graph.wait_evidence import (
     DEVICE_WAIT,
     DEVICE_WAKE_TOLERANCE_NS,
+    DISPATCH_TOLERANCE_NS,
+    DISPATCH_WAIT,
     MIN_DEVICE_WAIT_NS,
     THREAD_TOLERANCE_NS,
     empty_evidence_frame,
@@ -30,6 +35,15 @@ from tracediag.graph.wait_evidence import (
     search_pairs,
 )
 from tracediag.model import schema as S
+
+#: Below this, a recorded predecessor's end is none (``recorded_predecessors``' -2**62).
+NO_PREDECESSOR = -(2**61)
+
+#: The formats whose host calls dispatch device work directly. Not Neuron's (any layout): the
+#: host event just before an execution there is the runtime's ``enc_barrier``, a wait for the
+#: other ranks whose release no what-if moves; bound to it, a slow rank's executions could not
+#: speed up (the clean-room system straggler: COL201 0.63 ms against the truth's 1.75 ms).
+DISPATCH_FORMATS = ("chrome-json", "xplane")
 
 #: The event kinds that are device work.
 DEVICE_WORK = ("compute", "dma", "collective")
@@ -154,23 +168,15 @@ def blocking_calls(trace: S.Trace) -> pd.DataFrame:
     end, and no device work of the process started in between (the devices then waited for
     the host). The edge runs from the run's latest-ending event to the call; as it ends after
     the call starts, the graph gives the call a completion node bound by it (as a recorded
-    synchronize). Only where the reader names the host process (XPlane: one process drives
-    every device of its file, each device a rank; ``block_until_ready`` may be recorded as one
-    event spanning the wait). On Kineto traces the same tests find blocking pageable copies
-    (``cudaMemcpyAsync``) and MTIA synchronizes, but a path then running through the streams
-    they waited for meets stream waits nothing infers yet (kineto_negative_queue_rank0: 21% ->
-    54% gap): left out there until those are."""
+    synchronize). XPlane's ``block_until_ready`` may be recorded as one event spanning the
+    wait; on Kineto traces these are blocking pageable copies (``cudaMemcpyAsync``), launches
+    held by a full launch queue and synchronizes without a ``cuda_sync`` record."""
     ev = trace.events
     ts = ev[S.TS].to_numpy()
     end = ts + ev[S.DUR].to_numpy()
     track = ev[S.TRACK].to_numpy()
     on_thread = (S.strings(trace.tracks[S.TRACK_KIND]) == "cpu_thread")[track]
-    named = [int(r) for r, m in trace.meta.items() if "host_process" in m.info]
-    calls = np.flatnonzero(
-        on_thread
-        & (ev[S.KIND] == "host").to_numpy(dtype=bool)
-        & np.isin(ev[S.RANK].to_numpy(), named)
-    )
+    calls = np.flatnonzero(on_thread & (ev[S.KIND] == "host").to_numpy(dtype=bool))
     calls = calls[end[calls] - ts[calls] >= MIN_DEVICE_WAIT_NS]
     if not len(calls):
         return empty_evidence_frame()
@@ -211,6 +217,72 @@ def blocking_calls(trace: S.Trace) -> pd.DataFrame:
         runner,
         np.where(runner >= 0, end[np.maximum(runner, 0)], -1),
         kind=DEVICE_WAIT,
+    )
+
+
+def dispatch_waits(trace: S.Trace, pred_end, pred_ev) -> pd.DataFrame:
+    """``dispatch_wait`` edges: device work that waited for its host to dispatch it, where the
+    trace records no launches (TPU XPlane: the host enqueues a step's program and the device
+    runs it; nothing ties the step's first op to the host call).
+
+    On a rank of :data:`DISPATCH_FORMATS` none of whose events a recorded ``launch`` edge
+    reaches (MTIA's Kineto traces: ``enqueueCommand memcpyHtoDAsync`` 17-49 µs before the copy
+    it queued; TPU XPlane), a device event that
+    starts a busy run of the rank's devices (they idled before it) more than
+    :data:`DISPATCH_TOLERANCE_NS` after its recorded predecessor ended binds to the host event
+    of its process (any thread) that ended last at or before its start, when that end is
+    within the tolerance and later than the recorded predecessor's. Its gap is host time."""
+    ev = trace.events
+    ts = ev[S.TS].to_numpy()
+    end = ts + ev[S.DUR].to_numpy()
+    rank = ev[S.RANK].to_numpy()
+    on_thread = (S.strings(trace.tracks[S.TRACK_KIND]) == "cpu_thread")[ev[S.TRACK].to_numpy()]
+    ed = trace.edges
+    launched = ed[S.DST].to_numpy()[(ed[S.EDGE_KIND] == "launch").to_numpy(dtype=bool)]
+    formats = [r for r, m in trace.meta.items() if m.format in DISPATCH_FORMATS]
+    unlaunched = np.isin(rank, formats) & ~np.isin(rank, np.unique(rank[launched]))
+    host = np.flatnonzero(on_thread & (ev[S.KIND] == "host").to_numpy(dtype=bool))
+    work = ~on_thread & ev[S.KIND].isin(DEVICE_WORK).to_numpy() & unlaunched
+    if not len(host) or not work.any():
+        return empty_evidence_frame()
+    runs = device_busy_runs(trace)
+    # The events that start a run (the devices idled before them), late for what is recorded.
+    work = np.flatnonzero(work)
+    k = search_pairs(runs.rank, runs.start, rank[work], ts[work], side="left")
+    kc = np.minimum(k, len(runs.start) - 1)
+    starts = (k < len(runs.start)) & (runs.rank[kc] == rank[work]) & (runs.start[kc] == ts[work])
+    late = ts[work] - pred_end[work] > DISPATCH_TOLERANCE_NS
+    waiter, run = work[starts & late], kc[starts & late]
+    if not len(waiter):
+        return empty_evidence_frame()
+    # Per waiter: the host event of its process that ended last at or before its start.
+    proc = process_of_rank(trace)
+    order = stable_order_by(proc[rank[host]], end[host])
+    h = host[order]
+    h_proc, w_proc = proc[rank[h]], proc[rank[waiter]]
+    j = search_pairs(h_proc, end[h], w_proc, ts[waiter], side="right") - 1
+    jc = np.maximum(j, 0)
+    src = h[jc]
+    ok = (j >= 0) & (h_proc[jc] == w_proc) & (ts[waiter] - end[src] <= DISPATCH_TOLERANCE_NS)
+    ok &= end[src] > pred_end[waiter]
+    prev = np.maximum(j - 1, 0)
+    runner = np.where((j >= 1) & (h_proc[prev] == w_proc), h[prev], -1)
+    # The devices idled from the rank's previous run (or its recorded predecessor) to the start.
+    before = np.maximum(run - 1, 0)
+    idle_from = np.where(
+        (run >= 1) & (runs.rank[before] == rank[waiter]), runs.end[before], pred_end[waiter]
+    )
+    s, w, r = src[ok], waiter[ok], runner[ok]
+    return evidence_frame(
+        s,
+        w,
+        rank[w],
+        ts[w] - end[s],
+        np.where(idle_from[ok] > NO_PREDECESSOR, ts[w] - idle_from[ok], 0),  # 0: unknown
+        pred_ev[w],
+        r,
+        np.where(r >= 0, end[np.maximum(r, 0)], -1),
+        kind=DISPATCH_WAIT,
     )
 
 

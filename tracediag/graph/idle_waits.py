@@ -1,6 +1,6 @@
 """Waits a GPU trace implies but does not record: idle streams and idle host threads.
 
-Three inferences, each giving edges of its own kind with its evidence (see
+Four inferences, each giving edges of its own kind with its evidence (see
 :data:`EVIDENCE_COLUMNS`):
 
 - ``stream_wait``: a GPU event (kernel, copy, NCCL/RCCL kernel) that starts more than
@@ -24,6 +24,9 @@ Three inferences, each giving edges of its own kind with its evidence (see
   the edge goes to that call, whose end the graph then takes from the device work. Both live in
   :mod:`tracediag.graph.device_waits`, with their tests and thresholds; the thresholds, edge
   kinds and evidence columns in :mod:`tracediag.graph.wait_evidence`.
+- ``dispatch_wait``: on a rank whose trace records no launches (TPU XPlane), device work that
+  starts a busy run later than its recorded predecessors allow binds to the host call of its
+  process that returned just before (:func:`tracediag.graph.device_waits.dispatch_waits`).
 
 A wait is explained only by a predecessor that ends within the tolerance of the waiter's start,
 never by one that ends somewhere inside the wait: a recorded predecessor that ends earlier leaves
@@ -39,7 +42,12 @@ import numpy as np
 import pandas as pd
 
 from tracediag.graph.dependencies import stable_order_by
-from tracediag.graph.device_waits import DEVICE_WORK, blocking_calls, device_waits
+from tracediag.graph.device_waits import (
+    DEVICE_WORK,
+    blocking_calls,
+    device_waits,
+    dispatch_waits,
+)
 from tracediag.graph.wait_evidence import (
     MIN_DEVICE_WAIT_NS,
     MIN_THREAD_SILENCE_NS,
@@ -74,6 +82,7 @@ def idle_wait_edges(trace: S.Trace, recorded: tuple | None = None) -> pd.DataFra
         _thread_handoffs(trace, pred_end, pred_ev, silences),
         device_waits(trace, pred_end, pred_ev, silences),
         blocking_calls(trace),
+        dispatch_waits(trace, pred_end, pred_ev),
     ]
     return pd.concat(parts, ignore_index=True)
 

@@ -9,9 +9,11 @@
   semaphore is released by the last producer it counts, and the waiter issues right after.
   Legacy JSON profiles (no edges into collectives) and Parquet profiles without a Flow table need
   this for the critical path to cross engines.
-- ``stream_wait``, ``thread_handoff`` and ``device_wait`` (:mod:`tracediag.graph.idle_waits`):
-  GPU streams that idle until another stream's work ends, host threads that resume when another
-  thread's work ends, host threads that resume when the device work they waited for ends.
+- ``stream_wait``, ``thread_handoff``, ``device_wait`` and ``dispatch_wait``
+  (:mod:`tracediag.graph.idle_waits`): GPU streams that idle until another stream's work ends,
+  host threads that resume when another thread's work ends, host threads that resume when the
+  device work they waited for ends, devices without launch records that start when their host
+  has dispatched the work.
 
 A stall is explained only by a recorded predecessor that ends within the tolerance of the
 waiter's start, not by one that ends anywhere inside the stall.
@@ -25,6 +27,7 @@ import pandas as pd
 from tracediag.graph.idle_waits import idle_wait_edges, recorded_predecessors
 from tracediag.graph.wait_evidence import (
     DEVICE_WAIT,
+    DISPATCH_WAIT,
     EVIDENCE_COLUMNS,
     STREAM_WAIT,
     THREAD_HANDOFF,
@@ -36,13 +39,14 @@ from tracediag.model import schema as S
 TOLERANCE_NS = 100
 
 #: The kinds of inferred edges, in the order of their categorical codes.
-INFERRED_EDGE_KINDS = ("dependency", STREAM_WAIT, THREAD_HANDOFF, DEVICE_WAIT)
+INFERRED_EDGE_KINDS = ("dependency", STREAM_WAIT, THREAD_HANDOFF, DEVICE_WAIT, DISPATCH_WAIT)
 #: Each kind's inference, as the evidence names it.
 INFERENCE_OF_KIND = {
     "dependency": "semaphore_wait",
     STREAM_WAIT: "cross_stream_wait",
     THREAD_HANDOFF: "cross_thread_handoff",
     DEVICE_WAIT: "device_to_host_wait",
+    DISPATCH_WAIT: "host_to_device_dispatch",
 }
 
 

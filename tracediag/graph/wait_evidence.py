@@ -38,6 +38,12 @@ MIN_DEVICE_WAIT_NS = 100_000
 STREAM_WAIT = "stream_wait"
 THREAD_HANDOFF = "thread_handoff"
 DEVICE_WAIT = "device_wait"
+DISPATCH_WAIT = "dispatch_wait"
+
+#: Device work the host dispatches without a recorded launch starts this soon after the host's
+#: call returns (the clean-room TPU job: 11-25 µs from the dispatch's end to the step's first
+#: op); it stays below the host's wake-up tolerance, whose other side this is.
+DISPATCH_TOLERANCE_NS = 100_000
 
 #: Evidence kept with each inferred edge, besides SRC, DST and EDGE_KIND: the rank; the gap from
 #: the source's end to the waiter's start; how long the waiter's resource idled (stream: from

@@ -28,6 +28,7 @@ EDGE_WORDS = {
     "stream_wait": "an inferred stream wait",
     "thread_handoff": "an inferred hand-off between threads",
     "device_wait": "an inferred wait for the device",
+    "dispatch_wait": "an inferred dispatch by the host",
 }
 
 

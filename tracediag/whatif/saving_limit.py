@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 
-from tracediag.graph.replay import WhatIf, replay
+from tracediag.graph.replay import WhatIf, graph_of, replay
 from tracediag.model import schema as S
 from tracediag.model.units import fmt_ns
 
@@ -34,7 +34,7 @@ def limit_clause(ctx, change: WhatIf | None, saving_ns: int, impact_ns: int) -> 
     """
     if change is None or impact_ns <= 0 or saving_ns >= MUCH_SMALLER * impact_ns:
         return ""
-    g = ctx.graph
+    g = graph_of(ctx.graph, change)  # a released call's gap: its time blocked
     removed, changed = _removed(g, change)
     if removed < 2 * max(saving_ns, 1) or not len(changed):
         return ""
