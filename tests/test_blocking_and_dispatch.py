@@ -82,10 +82,11 @@ def test_hst402_prices_the_blocking_copy_by_releasing_it():
     assert (f.start_ns, f.end_ns, f.ranks) == (15 * US, 1_050 * US, (0,))
 
 
-def _dispatched_trace(second_dispatch_end_us: int = 680, launch: bool = False):
+def _dispatched_trace(second_dispatch_end_us=680, launch=False, fmt="xplane"):
     """A host with no launch records: dispatch#1 (0-50 µs) then op A (70-570 µs), dispatch#2
-    (ends at ``second_dispatch_end_us``) then op B (700-1,200 µs), the device idle between."""
-    r = RankSpec(0, fmt="chrome-json", hardware="")
+    (ends at ``second_dispatch_end_us``) then op B (700-1,200 µs), the device idle between.
+    Not inferred outside XPlane (``device_waits.DISPATCH_FORMATS``)."""
+    r = RankSpec(0, fmt=fmt, hardware="")
     d1 = r.add("dispatch#1", "cpu 1/1", "host", 0, 50 * US)
     a = r.add("fusion.1", "stream 0", "compute", 70 * US, 570 * US)
     end2 = second_dispatch_end_us * US
@@ -113,9 +114,9 @@ def test_device_work_no_launch_ties_to_the_host_binds_to_the_dispatch_before_it(
 
 
 def test_no_dispatch_is_inferred_where_launches_are_recorded_or_the_host_returned_long_before():
-    trace, _ = _dispatched_trace(launch=True)
-    inferred = infer_edges(trace)
-    assert not (inferred[S.EDGE_KIND] == "dispatch_wait").any()
+    for trace, _ in (_dispatched_trace(launch=True), _dispatched_trace(fmt="chrome-json")):
+        inferred = infer_edges(trace)
+        assert not (inferred[S.EDGE_KIND] == "dispatch_wait").any()
     trace, ev = _dispatched_trace(second_dispatch_end_us=550)  # 150 µs before B
     inferred = infer_edges(trace)
     rows = inferred[inferred[S.EDGE_KIND] == "dispatch_wait"]

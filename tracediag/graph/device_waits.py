@@ -42,8 +42,12 @@ NO_PREDECESSOR = -(2**61)
 #: The formats whose host calls dispatch device work directly. Not Neuron's (any layout): the
 #: host event just before an execution there is the runtime's ``enc_barrier``, a wait for the
 #: other ranks whose release no what-if moves; bound to it, a slow rank's executions could not
-#: speed up (the clean-room system straggler: COL201 0.63 ms against the truth's 1.75 ms).
-DISPATCH_FORMATS = ("chrome-json", "xplane")
+#: speed up (the clean-room system straggler: COL201 0.63 ms against the truth's 1.75 ms). Not
+#: Kineto's yet: on the MTIA trace (no launch records) the 9 dispatches found are plausible
+#: (``enqueueCommand memcpyHtoDAsync`` 17-49 µs before each ``dma_request``), but the host's
+#: waits for the device before them return 0.1-0.2 ms after it idles, past the wake-up
+#: tolerance, so the path then ran back along the host thread: 76% host where the device works.
+DISPATCH_FORMATS = ("xplane",)
 
 #: The event kinds that are device work.
 DEVICE_WORK = ("compute", "dma", "collective")
@@ -226,8 +230,7 @@ def dispatch_waits(trace: S.Trace, pred_end, pred_ev) -> pd.DataFrame:
     runs it; nothing ties the step's first op to the host call).
 
     On a rank of :data:`DISPATCH_FORMATS` none of whose events a recorded ``launch`` edge
-    reaches (MTIA's Kineto traces: ``enqueueCommand memcpyHtoDAsync`` 17-49 µs before the copy
-    it queued; TPU XPlane), a device event that
+    reaches (TPU XPlane), a device event that
     starts a busy run of the rank's devices (they idled before it) more than
     :data:`DISPATCH_TOLERANCE_NS` after its recorded predecessor ended binds to the host event
     of its process (any thread) that ended last at or before its start, when that end is
