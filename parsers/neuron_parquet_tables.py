@@ -136,21 +136,33 @@ def _first_seen_categorical(col: pa.ChunkedArray) -> pd.Categorical:
     if col.num_chunks == 0:
         return col.cast(col.type.value_type).dictionary_encode().to_pandas().array
     dictionary = col.chunk(0).dictionary
-    indices = pa.chunked_array([c.indices for c in col.chunks]).cast(pa.int64())
-    seen = pc.unique(pc.drop_null(indices)).to_numpy()
+    # The indices as they are (int32 in Parquet's dictionaries), a null as one past the end.
+    indices = pc.fill_null(pa.chunked_array([c.indices for c in col.chunks]), len(dictionary))
+    seen = pc.unique(indices).to_numpy().astype(np.int64)  # in order of first appearance
+    seen = seen[seen < len(dictionary)]
     categories = dictionary.take(pa.array(seen, type=pa.int64()))
     if len(pc.unique(categories)) != len(categories):  # a dictionary that repeats a value
         return col.cast(col.type.value_type).dictionary_encode().to_pandas().array
-    recode = np.full(len(dictionary) + 1, -1, dtype=np.int32)  # the trailing -1: a null
-    recode[seen] = np.arange(len(seen), dtype=np.int32)
-    codes = recode[pc.fill_null(indices, len(dictionary)).to_numpy()]
-    return (
-        pa.DictionaryArray.from_arrays(
-            pa.array(codes, mask=codes < 0), categories.cast(pa.string())
-        )
+    # The dtype Arrow's own conversion gives (text categories, the narrowest codes), taken
+    # from an empty array: the codes are mapped in numpy, with no second Arrow array per row.
+    dtype = (
+        pa.DictionaryArray.from_arrays(pa.array([], pa.int32()), categories.cast(pa.string()))
         .to_pandas()
-        .array
+        .dtype
     )
+    recode = np.full(len(dictionary) + 1, -1, dtype=_codes_dtype(len(seen)))  # last: a null
+    recode[seen] = np.arange(len(seen))
+    chunks = [c.to_numpy() for c in indices.chunks]
+    flat = chunks[0] if len(chunks) == 1 else np.concatenate([np.zeros(0, np.int32), *chunks])
+    return pd.Categorical.from_codes(recode[flat], dtype=dtype, validate=False)
+
+
+def _codes_dtype(n_categories: int) -> np.dtype:
+    """The narrowest signed integers holding codes 0..n-1 and -1, as pandas stores codes."""
+    for kind in (np.int8, np.int16, np.int32):
+        if n_categories < np.iinfo(kind).max:
+            return np.dtype(kind)
+    return np.dtype(np.int64)
 
 
 def _check_types(path: Path, schema: pa.Schema, columns: list[str]) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pandas.api.types import infer_dtype
 
 from tracediag.io.compiled import compiled
@@ -40,6 +41,8 @@ _PHASE_COMPLETE = ord("X")
 #: Annotation value kinds.
 VALUE_TEXT, VALUE_INT, VALUE_FLOAT = 0, 1, 2
 _U64 = 1 << 64
+#: The dtype pandas gives a column of strings (``str``: pyarrow's large strings, NaN missing).
+_STR = pd.Series(np.array(["x"], dtype=object)).dtype
 _I64_MAX = (1 << 63) - 1
 
 
@@ -117,7 +120,7 @@ def decode(path: Path, wanted: frozenset[str]) -> Decoded:
         if len(slow) < len(bounds):
             if not kernels:
                 wired = F.wired(shapes)
-            fast.append(F.events(wire, wired, record_pos, loop.log, loop.canon, kernels))
+            fast.append(F.events(wire, wired, record_pos, loop.log, loop.name_code, kernels))
     return loop.finish(fast, counts)
 
 
@@ -159,9 +162,10 @@ def _kernels() -> F.Kernels | None:
     """The compiled kernels, or None where numba is missing or cannot compile them (the numpy
     walk and the interpreted scan give the same records and columns)."""
     z, one = np.zeros(32, dtype=np.uint8), np.ones(1, dtype=np.int64)
+    words = Wire.Buffer(bytes(32)).words  # unaligned and strided, as in every call
     samples = {
         "walk": (z, one - 1, one * 4), "scan": (z, 32), "pack": (z, one, one),
-        "name_codes": (z, one, one),
+        "name_codes": (words, one, one),
     }  # fmt: skip
     kernels = {}
     for name, sample in samples.items():
@@ -199,12 +203,14 @@ class _Slow:
         self.wanted = wanted
         self.ev = {k: [] for k in ("pos", "ts", "clock", "type", "track", "name", "cat", "dur")}
         self.ev["corr"] = []
-        self.ann = {"pos": [], "name": [], "kind": [], "value": []}
+        #: per annotation row: its event's row in ``ev``, its name's code in ``names``
+        self.ann = {"event": [], "name": [], "kind": [], "value": []}
         self.flows = {"pos": [], "id": [], "terminating": []}
         self.tracks: dict[int, dict] = {}
         self.clocks: list[dict[int, int]] = []
         self.primary = 0
         self.canonical: dict[str, str] = {}  # annotation name -> its wanted name, or ""
+        self.names: dict[str, int] = {}  # wanted name -> its code (annotations' name column)
         self.sequences: dict[int, _Sequence] = {}
         self.contexts = 0
         self.log = F.SequenceLog()
@@ -216,6 +222,16 @@ class _Slow:
         if canon is None:
             canon = self.canonical[key] = key.lower() if key.lower() in self.wanted else ""
         return canon
+
+    def name_code(self, key: str) -> int:
+        """The code of annotation name ``key``'s wanted name (see :attr:`names`), or -1."""
+        canon = self.canon(key)
+        if not canon:
+            return -1
+        code = self.names.get(canon)
+        if code is None:
+            code = self.names[canon] = len(self.names)
+        return code
 
     def packet(self, pos: int, packet) -> None:
         """Read one packet (at position ``pos``, see :data:`perfetto_fast.SUB_BITS`)."""
@@ -284,10 +300,11 @@ class _Slow:
             ev["cat"].append(None)
         ev["dur"].append(length)
         ev["corr"].append(te.correlation_id or -1)
+        row = len(ev["pos"]) - 1
         for a in te.debug_annotations:
-            canon = self.canon(_text(a.name) or seq.annotation_names.get(a.name_iid, ""))
-            if canon:
-                _annotation(self.ann, a, pos, canon, seq)
+            code = self.name_code(_text(a.name) or seq.annotation_names.get(a.name_iid, ""))
+            if code >= 0:
+                _annotation(self.ann, a, row, code, seq)
         for ids, ends in (
             (te.flow_ids, False),
             (te.terminating_flow_ids, True),
@@ -337,13 +354,17 @@ class _Slow:
                 "clock": column("clock", np.array(ev["clock"], dtype=np.int64)),
                 "type": column("type", np.array(ev["type"], dtype=np.int8)),
                 "track": column("track", np.array(ev["track"], dtype=np.uint64)),
-                "name": _texts(objects("name"), counts, "event names"),
+                "name": _str_column(_texts(objects("name"), counts, "event names")),
                 "cat": _texts(objects("cat"), counts, "event categories"),
                 "dur": column("dur", np.array(ev["dur"], dtype=np.int64)),
                 "corr": column("corr", np.array([_wrap(c) for c in ev["corr"]], dtype=np.int64)),
-            }
+            },
+            copy=False,  # fresh arrays
         )
-        annotations = _rows(self.ann, [f.annotations for f in fast], pos, counts)
+        # Each event's row in the table: its index among the slow events, then the fast ones.
+        row = np.arange(len(pos)) if order is None else np.argsort(order)
+        first = np.cumsum([len(ev["pos"]), *(len(f.events["pos"]) for f in fast)])[:-1]
+        annotations = _rows(self.ann, [f.annotations for f in fast], first, row, self.names, counts)
         flows = self.flows
         fpos = np.concatenate([np.array(flows["pos"], np.int64), *(f.flows["pos"] for f in fast)])
         forder = np.argsort(fpos, kind="stable")
@@ -364,30 +385,47 @@ class _Slow:
         )  # fmt: skip
 
 
-def _rows(slow: dict, fast: list[dict], event_pos: np.ndarray, counts: dict) -> pd.DataFrame:
+def _rows(
+    slow: dict, fast: list[dict], first: np.ndarray, row: np.ndarray, names: dict, counts: dict
+) -> pd.DataFrame:
     """Annotation rows of both paths, in event order (each event's rows come from one path, in
-    the order that path read them); ``ev`` is the event's row."""
-    pos = np.concatenate([np.array(slow["pos"], np.int64), *(f["pos"] for f in fast)])
+    the order that path read them); ``ev`` is the event's row: ``row`` of its index among the
+    slow events, then each fast chunk's (which start at ``first``); ``name`` the wanted name of
+    its code in ``names``."""
+    fast_index = (f["event"] + k for f, k in zip(fast, first, strict=True))
+    index = np.concatenate([np.array(slow["event"], np.int64), *fast_index])
     values = np.concatenate(
         [np.array(slow["value"] + [None], dtype=object)[:-1], *(f["value"] for f in fast)]
     )
     kind = np.concatenate([np.array(slow["kind"], np.int8), *(f["kind"] for f in fast)])
-    names = np.concatenate(
-        [np.array(slow["name"] + [None], dtype=object)[:-1], *(f["name"] for f in fast)]
-    )
-    if len(pos) > 1 and not (pos[1:] >= pos[:-1]).all():  # slow rows among fast ones: merge
-        order = np.argsort(pos, kind="stable")
-        pos, values, kind, names = pos[order], values[order], kind[order], names[order]
+    codes = np.concatenate([np.array(slow["name"], np.int32), *(f["name"] for f in fast)])
+    ev = row[index]
+    if len(ev) > 1 and not (ev[1:] >= ev[:-1]).all():  # slow rows among fast ones: merge
+        order = np.argsort(ev, kind="stable")
+        ev, values, kind, codes = ev[order], values[order], kind[order], codes[order]
     text = kind == VALUE_TEXT
-    values[text] = _texts(values[text], counts, "annotation values")
-    return pd.DataFrame(
-        {
-            "ev": np.searchsorted(event_pos, pos).astype(np.int64),
-            "name": names,
-            "kind": kind,
-            "value": values,
-        }
-    )
+    strings = values[text]
+    if infer_dtype(strings, skipna=True) not in ("string", "empty"):  # bytes, from protobuf
+        values[text] = _texts(strings, counts, "annotation values")
+    columns = {"ev": ev, "name": text_column(list(names), codes), "kind": kind, "value": values}
+    return pd.DataFrame(columns, copy=False)  # fresh arrays: no copy of 1M value objects
+
+
+def text_column(table: list[str], codes: np.ndarray):
+    """The strings ``table[codes]`` as the column pandas makes of them (its ``str`` dtype; an
+    empty column: object), gathered by pyarrow instead of converted one object at a time."""
+    if not len(codes) or _STR.storage != "pyarrow":
+        return np.array(table + [None], dtype=object)[:-1][codes]
+    strings = pa.array(table, type=pa.large_string()).take(pa.array(codes))
+    return pd.array(strings, dtype=_STR)
+
+
+def _str_column(values: np.ndarray):
+    """Strings and None (fixed by :func:`_texts`) as the column pandas makes of them: its
+    ``str`` dtype where any is a string, built by pyarrow at once; else the object array."""
+    if _STR.storage != "pyarrow" or infer_dtype(values, skipna=True) != "string":
+        return values
+    return pd.array(pa.array(values, type=pa.large_string(), from_pandas=True), dtype=_STR)
 
 
 def _texts(out: np.ndarray, counts: dict[str, int], what: str) -> np.ndarray:
@@ -420,13 +458,13 @@ def _intern(seq: _Sequence, data, log: F.SequenceLog, pos: int) -> None:
         log.entry("strings", seq.context, entry.iid, value, pos)
 
 
-def _annotation(ann: dict, a, pos: int, name: str, seq: _Sequence) -> None:
-    """One wanted annotation's value(s); array elements and dictionary entries (nested
-    annotations) are kept under the annotation's own name."""
+def _annotation(ann: dict, a, event: int, name: int, seq: _Sequence) -> None:
+    """One wanted annotation's value(s), of the event at row ``event``; array elements and
+    dictionary entries (nested annotations) are kept under the annotation's own name (code)."""
     which = a.WhichOneof("value")
     if which is None:
         for element in (*a.array_values, *a.dictionary_entries):
-            _annotation(ann, element, pos, name, seq)
+            _annotation(ann, element, event, name, seq)
         return
     if which in ("string_value", "legacy_json_value"):
         kind, value = VALUE_TEXT, getattr(a, which)
@@ -436,7 +474,7 @@ def _annotation(ann: dict, a, pos: int, name: str, seq: _Sequence) -> None:
         kind, value = VALUE_FLOAT, a.double_value
     else:
         kind, value = VALUE_INT, _wrap(int(getattr(a, which)))
-    ann["pos"].append(pos)
+    ann["event"].append(event)
     ann["name"].append(name)
     ann["kind"].append(kind)
     ann["value"].append(value)

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from tracediag.parsers import perfetto_wire as W
 from tracediag.parsers.perfetto_asof import asof
@@ -47,17 +48,18 @@ _TEXT_VALUES, _FLOAT_VALUE, _IID_VALUE, _BOOL_VALUE = (6, 9), 5, 17, 2
 
 
 def _in(values: np.ndarray, group) -> np.ndarray:
-    """``np.isin`` for small non-negative integer sets, by table look-up."""
+    """``np.isin`` for small non-negative integer sets, by table look-up (larger values: the
+    last entry, False)."""
     table = np.zeros(max(group) + 2, dtype=bool)
     table[list(group)] = True
-    return table[np.minimum(values, len(table) - 1)]
+    return table.take(values, mode="clip")
 
 
 def _unexpected(f: W.Fields, allowed: dict[int, int], n: int) -> np.ndarray:
     """Per message: a field outside ``allowed`` or with another wire type."""
     top = max(allowed) + 1  # field numbers from here on: unknown (-1 matches no wire type)
     expected = np.array([allowed.get(k, -1) for k in range(top)] + [-1])
-    ok = expected[np.minimum(f.field, top)] == f.wire
+    ok = expected.take(f.field, mode="clip") == f.wire  # field numbers are positive
     return W.any_per(f.msg, np.flatnonzero(~ok), n)
 
 
@@ -67,7 +69,7 @@ def _repeated_singular(f: W.Fields, groups: list[tuple[int, ...]], n: int) -> np
     table = np.full(max(max(g) for g in groups) + 2, -1, dtype=np.int64)
     for i, group in enumerate(groups):  # a loop over the schema's fields
         table[list(group)] = i
-    which = table[np.minimum(f.field, len(table) - 1)]
+    which = table.take(f.field, mode="clip")
     rows = which >= 0
     counts = np.bincount(f.msg[rows] * len(groups) + which[rows], minlength=n * len(groups))
     out = np.zeros(n, dtype=bool)
@@ -101,8 +103,7 @@ def shapes(buf: W.Buffer, starts: np.ndarray, ends: np.ndarray) -> Shapes:
     slow |= W.any_per(p.msg, np.flatnonzero(big), n)
     flags = p.of(13, _W0)
     slow[p.msg[flags[(p.value[flags] & 1) != 0]]] = True  # incremental state cleared
-    te = p.in_order(p.of(11, _W2))
-    event_packet = p.msg[te]
+    te, event_packet = p.ordered(p.of(11, _W2))
     e = W.walk(buf, p.data[te], p.data[te] + p.value[te].astype(np.int64))
     ne = len(te)
     bad_e = e.bad | _unexpected(e, _EVENT, ne)
@@ -116,16 +117,14 @@ def shapes(buf: W.Buffer, starts: np.ndarray, ends: np.ndarray) -> Shapes:
     bad_e |= W.count_per(e.msg, e.of(22, _W2), ne) > 1  # joined by protobuf's reader: slow
     names = e.of(23, _W2)
     bad_e[e.msg[names[e.value[names] == 0]]] = True  # "": protobuf's reading differs
-    da = e.in_order(e.of(4, _W2))
-    annotation_event = e.msg[da]
+    da, annotation_event = e.ordered(e.of(4, _W2))
     a = W.walk(buf, e.data[da], e.data[da] + e.value[da].astype(np.int64))
     na = len(da)
     bad_a = a.bad | _unexpected(a, _ANNOTATION, na)
     bad_a |= _repeated_singular(a, [(1, 10), tuple(_VALUES)], na)
     has_value = W.any_per(a.msg, np.flatnonzero(_in(a.field, tuple(_VALUES))), na)
-    el = a.in_order(np.flatnonzero(_in(a.field, (11, 12))))
-    bad_a |= has_value & W.any_per(a.msg, el, na)
-    element_annotation = a.msg[el]
+    el, element_annotation = a.ordered(np.flatnonzero(_in(a.field, (11, 12))))
+    bad_a |= has_value & W.any_per(a.msg, el, na)  # a value and elements
     x = W.walk(buf, a.data[el], a.data[el] + a.value[el].astype(np.int64))
     nx = len(el)
     bad_x = x.bad | _unexpected(x, {1: _W0, 10: _W2, **_VALUES}, nx)
@@ -189,42 +188,53 @@ class SequenceLog:
 
 def texts(buf: W.Buffer, start: np.ndarray, length: np.ndarray, kernels=None) -> np.ndarray:
     """The strings at the spans, as protobuf gives proto2 strings (str; bytes if not UTF-8):
-    one decode and one split for all of them, by a separator none of them holds (packed by
-    numpy, or by ``kernels.pack`` where the compiled kernels are loaded)."""
+    their bytes gathered into one buffer (by numpy, or by ``kernels.pack`` where the compiled
+    kernels are loaded) that pyarrow checks as UTF-8 and turns into str objects at once."""
     n = len(start)
     out = np.empty(n, dtype=object)
     if not n:
         return out
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(length, out=offsets[1:])
     if kernels is not None:
-        joined, nul = kernels.pack(buf.bytes, start, length)
-    else:
-        offset = np.cumsum(length) - length  # where each string starts, packed
-        total = int(length.sum())
-        within = np.arange(total) - np.repeat(offset, length)
-        chars = buf.bytes[np.repeat(start, length) + within]
-        joined = np.zeros(total + n, dtype=np.uint8)  # a NUL after each string
-        joined[np.repeat(offset + np.arange(n), length) + within] = chars
-        nul = np.any(chars == 0)
-    if not nul:
-        try:
-            out[:] = np.array(joined.tobytes().decode("utf-8").split("\x00")[:n], dtype=object)
-            return out
-        except UnicodeDecodeError:
-            pass
-    for i, (at, size) in enumerate(zip(start.tolist(), length.tolist(), strict=True)):
-        value = buf.bytes[at : at + size].tobytes()  # a loop over strings, only on odd data
-        try:
-            out[i] = value.decode("utf-8")
-        except UnicodeDecodeError:
-            out[i] = value
+        chars = kernels.pack(buf.bytes, start, length)
+    else:  # byte j of the packed strings comes from start - offset + j of its string
+        chars = buf.bytes[np.repeat(start - offsets[:-1], length) + np.arange(offsets[-1])]
+    strings = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(chars))
+    try:
+        strings.validate(full=True)  # UTF-8
+    except pa.ArrowInvalid:
+        for i, (at, size) in enumerate(zip(start.tolist(), length.tolist(), strict=True)):
+            value = buf.bytes[at : at + size].tobytes()  # a loop over strings, only on odd data
+            try:
+                out[i] = value.decode("utf-8")
+            except UnicodeDecodeError:
+                out[i] = value
+        return out
+    out[:] = strings.to_numpy(zero_copy_only=False)
     return out
 
 
-def distinct_names(buf: W.Buffer, start: np.ndarray, length: np.ndarray):
-    """Codes of equal byte strings and one decoded name per code (invalid UTF-8 replaced):
-    strings are keyed by a hash of their 8-byte words, and every member is then compared with
-    its code's first member, word by word, so the codes are exact (None on a hash collision)."""
-    n = len(start)
+def shared_texts(buf: W.Buffer, start: np.ndarray, length: np.ndarray, kernels=None):
+    """:func:`texts` of spans that repeat (annotation values, event names): with the compiled
+    kernels, each distinct byte string is decoded once and its members share the object (the
+    numpy codes cost more than they save)."""
+    spans = None
+    if kernels is not None and len(start):
+        spans = distinct_spans(buf, start, length, kernels)
+    if spans is None:
+        return texts(buf, start, length, kernels)
+    codes, first = spans
+    return texts(buf, start[first], length[first], kernels)[codes]
+
+
+def distinct_spans(buf: W.Buffer, start: np.ndarray, length: np.ndarray, kernels=None):
+    """Codes of equal byte strings at the spans (in order of first appearance) and each code's
+    first span, by ``kernels.name_codes`` where the compiled kernels are loaded, else by numpy:
+    strings keyed by a hash of their 8-byte words, every member then compared with its code's
+    first member, word by word, so the codes are exact (None on a hash collision)."""
+    if kernels is not None:
+        return kernels.name_codes(buf.words, start, length)
     words = [_word(buf, start, length), _word(buf, start + 8, length - 8)]
     h = (words[0] * np.uint64(0x9E3779B97F4A7C15)) ^ (words[1] * np.uint64(0xC2B2AE3D27D4EB4F))
     h ^= length.astype(np.uint64) * np.uint64(0x165667B19E3779F9)
@@ -234,9 +244,10 @@ def distinct_names(buf: W.Buffer, start: np.ndarray, length: np.ndarray):
         rows = longer[length[longer] > 8 * k]
         w = _word(buf, start[rows] + 8 * k, length[rows] - 8 * k)
         h[rows] = (h[rows] ^ w) * np.uint64(0x100000001B3) + np.uint64(k)
-    codes, uniq = pd.factorize(h.view(np.int64))
-    first = np.full(len(uniq), n, dtype=np.int64)
-    np.minimum.at(first, codes, np.arange(n))
+    codes, _ = pd.factorize(h.view(np.int64))
+    # Codes come in order of first appearance: a code's first member is where it first exceeds
+    # every code before it.
+    first = np.flatnonzero(codes > np.maximum.accumulate(np.concatenate([[-1], codes[:-1]])))
     rep = first[codes]
     same = (length == length[rep]) & (words[0] == words[0][rep]) & (words[1] == words[1][rep])
     for k in range(2, extra):
@@ -247,19 +258,12 @@ def distinct_names(buf: W.Buffer, start: np.ndarray, length: np.ndarray):
         )
     if not same.all():
         return None
-    names = [
-        buf.bytes[s : s + m].tobytes().decode("utf-8", "replace")
-        for s, m in zip(start[first].tolist(), length[first].tolist(), strict=True)
-    ]  # a loop over distinct names
-    return codes, names
+    return codes, first
 
 
 def _word(buf: W.Buffer, at: np.ndarray, left: np.ndarray) -> np.ndarray:
     """The word at ``at`` with the bytes beyond ``left`` zeroed."""
-    w = buf.words[at]
-    keep = np.clip(left, 0, 8).astype(np.uint64)
-    mask = np.where(keep >= 8, ~np.uint64(0), (np.uint64(1) << (keep * np.uint64(8))) - 1)
-    return w & mask
+    return buf.words[at] & W.BYTE_MASKS[np.clip(left, 0, 8)]
 
 
 @dataclass
@@ -351,7 +355,8 @@ def wired(sh: Shapes) -> Wired:
         rows = e.of(number, _W2)
         at = np.zeros(ne, dtype=np.int64)
         length = np.full(ne, -1, dtype=np.int64)
-        at[e.msg[rows]], length[e.msg[rows]] = e.data[rows], e.value[rows].astype(np.int64)
+        owner = e.msg[rows]
+        at[owner], length[owner] = e.data[rows], e.value[rows].astype(np.int64)
         return at[er], length[er]
 
     name_at, name_len = span(23)
@@ -360,22 +365,29 @@ def wired(sh: Shapes) -> Wired:
     event_row[er] = np.arange(len(er))
     # Annotations of these events, in order, and their value rows.
     ae = event_row[sh.annotation_event]
-    mine = np.flatnonzero(ae >= 0)
+    mine = _rows_or_all(ae >= 0)
     inline = a.of(10, _W2)
     ann_at = np.zeros(na, dtype=np.int64)
     ann_len = np.zeros(na, dtype=np.int64)
-    ann_at[a.msg[inline]], ann_len[a.msg[inline]] = a.data[inline], a.value[inline]
+    named = a.msg[inline]
+    ann_at[named], ann_len[named] = a.data[inline], a.value[inline]
     iid = W.last_per(a.msg, a.of(1, _W0), a.value, na, u0)
-    ann_row = np.full(na, -1, dtype=np.int64)
-    ann_row[mine] = np.arange(len(mine))
+    ann_row = np.arange(na)  # per annotation: its row among those of these events, or -1
+    if mine is not None:
+        ann_row = np.full(na, -1, dtype=np.int64)
+        ann_row[mine] = np.arange(len(mine))
     a_val = np.flatnonzero(_in(a.field, tuple(_VALUES)))
-    a_val = a_val[ae[a.msg[a_val]] >= 0]
+    owner_a = a.msg[a_val]
+    keep = _rows_or_all(ae[owner_a] >= 0)
+    a_val, owner_a = _pick(a_val, keep), _pick(owner_a, keep)
     x_val = np.flatnonzero(_in(x.field, tuple(_VALUES)))
     owner_x = sh.element_annotation[x.msg[x_val]]
     x_val, owner_x = x_val[ae[owner_x] >= 0], owner_x[ae[owner_x] >= 0]
-    owner = np.concatenate([a.msg[a_val], owner_x])
+    owner = np.concatenate([owner_a, owner_x])
     sub = np.concatenate([np.zeros(len(a_val), np.int64), 1 + sh.element_order[x.msg[x_val]]])
-    order = np.lexsort((sub, owner))
+    # By annotation, then own value before elements (ties stay in order): one stable sort of
+    # two sorted runs.
+    order = np.argsort(owner * (int(sub.max(initial=0)) + 1) + sub, kind="stable")
     # Flow points: flow_ids, terminating_flow_ids, then the old fields, each in wire order.
     groups = {47: (0, False), 48: (1, True), 36: (2, False), 42: (3, True)}
     rows = np.flatnonzero(_in(e.field, tuple(groups)) & (event_row[e.msg] >= 0))
@@ -398,10 +410,10 @@ def wired(sh: Shapes) -> Wired:
         cat_at=cat_at,
         cat_len=cat_len,
         corr=event_field(52),
-        ann_event=ae[mine],
-        ann_name_at=ann_at[mine],
-        ann_name_len=ann_len[mine],
-        ann_iid=iid[mine],
+        ann_event=_pick(ae, mine),
+        ann_name_at=_pick(ann_at, mine),
+        ann_name_len=_pick(ann_len, mine),
+        ann_iid=_pick(iid, mine),
         val_ann=ann_row[owner[order]],
         val_field=np.concatenate([a.field[a_val], x.field[x_val]])[order],
         val_value=np.concatenate([a.value[a_val], x.value[x_val]])[order],
@@ -410,6 +422,16 @@ def wired(sh: Shapes) -> Wired:
         flow_id=e.value[rows],
         flow_terminating=_in(e.field[rows], (48, 42)),
     )
+
+
+def _rows_or_all(mask: np.ndarray) -> np.ndarray | None:
+    """The rows of ``mask``, or None where that is every row (nothing to gather)."""
+    return None if mask.all() else np.flatnonzero(mask)
+
+
+def _pick(values: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+    """``values[rows]``; ``values`` itself where ``rows`` is None (every row)."""
+    return values if rows is None else values[rows]
 
 
 def compiled_wired(slow: np.ndarray, E, A, V, F) -> Wired:
@@ -458,96 +480,92 @@ class Kernels(NamedTuple):
 
 
 def events(
-    buf: W.Buffer, w: Wired, record_pos: np.ndarray, log: SequenceLog, canon, kernels=None
+    buf: W.Buffer, w: Wired, record_pos: np.ndarray, log: SequenceLog, name_code, kernels=None
 ) -> FastEvents:
     """Decode a chunk's fast packets (:class:`Wired`) against the slow loop's ``log``;
-    ``canon(names)`` gives each annotation name's wanted lower-case name or ""; ``kernels``:
-    the compiled :class:`Kernels`, or None."""
+    ``name_code(name)`` gives each annotation name's code in the decode's table of wanted
+    lower-case names, or -1; ``kernels``: the compiled :class:`Kernels`, or None."""
     pos = record_pos[w.record]
     context, valid, track_default, clock_default = _state(log, w.seq, pos)
     lost = ((w.flags & np.uint64(2)) != 0) & ~valid
     counter = ~lost & (w.kind == 4)
     untimed = ~lost & ~counter & ~w.has_ts
-    keep = np.flatnonzero(~lost & ~counter & ~untimed)
-    pos, context = pos[keep], context[keep]
-    uuid = w.uuid[keep]
-    use_default = (uuid == 0) & (track_default[keep] != 0) & ~w.has_uuid[keep]
-    name = log.lookup("names", context, w.name_iid[keep], pos, None)
-    length = w.name_len[keep]
+    keep = _rows_or_all(~lost & ~counter & ~untimed)
+    kept = len(w.record) if keep is None else len(keep)
+
+    def k(values: np.ndarray) -> np.ndarray:
+        return _pick(values, keep)
+
+    pos, context = k(pos), k(context)
+    uuid = k(w.uuid)
+    use_default = (uuid == 0) & (k(track_default) != 0) & ~k(w.has_uuid)
+    name = log.lookup("names", context, k(w.name_iid), pos, None)
+    length = k(w.name_len)
     own = length >= 0
-    name[own] = texts(buf, w.name_at[keep][own], length[own], kernels)
-    cat = np.full(len(keep), None, dtype=object)
-    length = w.cat_len[keep]
+    name[own] = shared_texts(buf, k(w.name_at)[own], length[own], kernels)
+    cat = np.full(kept, None, dtype=object)
+    length = k(w.cat_len)
     own = length >= 0
-    cat[own] = texts(buf, w.cat_at[keep][own], length[own], kernels)
-    corr = w.corr[keep].view(np.int64)
-    clock = w.clock[keep]
+    cat[own] = shared_texts(buf, k(w.cat_at)[own], length[own], kernels)
+    corr = k(w.corr).view(np.int64)
+    clock = k(w.clock)
     out_events = {
         "pos": pos,
-        "ts": w.ts[keep].view(np.int64),
-        "clock": np.where(clock != 0, clock, clock_default[keep]),
-        "type": w.kind[keep].astype(np.int8),
-        "track": np.where(use_default, track_default[keep], uuid),
+        "ts": k(w.ts).view(np.int64),
+        "clock": np.where(clock != 0, clock, k(clock_default)),
+        "type": k(w.kind).astype(np.int8),
+        "track": np.where(use_default, k(track_default), uuid),
         "name": name,
         "cat": cat,
-        "dur": np.full(len(keep), -1, dtype=np.int64),
+        "dur": np.full(kept, -1, dtype=np.int64),
         "corr": np.where(corr != 0, corr, -1),
     }
-    kept_event = np.full(len(w.record), -1, dtype=np.int64)
-    kept_event[keep] = np.arange(len(keep))
+    kept_event = np.arange(kept)  # per event row: its row among the kept ones, or -1
+    if keep is not None:
+        kept_event = np.full(len(w.record), -1, dtype=np.int64)
+        kept_event[keep] = np.arange(kept)
     return FastEvents(
         w.packets, int(lost.sum()), int(counter.sum()), int(untimed.sum()), out_events,
-        _annotations(buf, w, kept_event, pos, context, log, canon, kernels),
+        _annotations(buf, w, kept_event, pos, context, log, name_code, kernels),
         _flows(w, kept_event, pos),
     )  # fmt: skip
 
 
-def _annotations(buf, w: Wired, kept_event, pos, context, log: SequenceLog, canon, kernels):
-    """The wanted annotations of the kept events (values, and elements of valueless ones)."""
+def _annotations(buf, w: Wired, kept_event, pos, context, log: SequenceLog, name_code, kernels):
+    """The wanted annotations of the kept events (values, and elements of valueless ones):
+    ``event`` (the row among the chunk's kept events), ``name`` (the wanted name's code),
+    ``kind``, ``value``."""
     na = len(w.ann_event)
     ev = kept_event[w.ann_event]  # per annotation: its kept event, or -1
     mine = ev >= 0
     # Names: inline text, else the interned name of the sequence generation ("" if missing).
-    # Each distinct name is matched against ``canon`` once: inline names by their byte codes,
-    # interned ones (looked up only where no inline name is) by their few distinct values.
+    # Each distinct name is coded once: inline names by their byte codes, interned ones
+    # (looked up only where no inline name is) by their few distinct values.
     inline = np.flatnonzero(mine & (w.ann_name_len > 0))  # "": the interned name
-    name = np.full(na, "", dtype=object)
-    want = np.zeros(na, dtype=bool)  # per annotation: its name is wanted (``name`` not "")
+    code = np.full(na, -1, dtype=np.int32)  # per annotation: its wanted name's code, or -1
     by_iid = np.flatnonzero(mine & (w.ann_name_len <= 0))
     if len(by_iid):
         key = log.lookup(
             "annotation_names", context[ev[by_iid]], w.ann_iid[by_iid], pos[ev[by_iid]], ""
         )
         codes, uniq = pd.factorize(key)
-        wanted = np.array([canon(k) for k in uniq] + [""], dtype=object)[:-1]
-        name[by_iid], want[by_iid] = wanted[codes], (wanted != "")[codes]
+        code[by_iid] = np.array([name_code(k) for k in uniq], dtype=np.int32)[codes]
     if len(inline):
         at, length = w.ann_name_at[inline], w.ann_name_len[inline]
-        if kernels is not None:
-            codes, first = kernels.name_codes(buf.bytes, at, length)
-            distinct = (
-                codes,
-                [
-                    buf.bytes[a : a + m].tobytes().decode("utf-8", "replace")
-                    for a, m in zip(at[first].tolist(), length[first].tolist(), strict=True)
-                ],
-            )  # a loop over distinct names
+        spans = distinct_spans(buf, at, length, kernels)
+        if spans is None:  # a hash collision: decode each name
+            codes, first = np.arange(len(at)), np.arange(len(at))
         else:
-            distinct = distinct_names(buf, at, length)
-        if distinct is None:  # a hash collision: decode each name
-            names = [
-                buf.bytes[s : s + m].tobytes().decode("utf-8", "replace")
-                for s, m in zip(at.tolist(), length.tolist(), strict=True)
-            ]
-            codes = np.arange(len(names))
-        else:
-            codes, names = distinct
-        wanted = np.array([canon(k) for k in names] + [""], dtype=object)[:-1]
-        name[inline], want[inline] = wanted[codes], (wanted != "")[codes]
+            codes, first = spans
+        names = [
+            buf.bytes[a : a + m].tobytes().decode("utf-8", "replace")
+            for a, m in zip(at[first].tolist(), length[first].tolist(), strict=True)
+        ]  # a loop over distinct names
+        code[inline] = np.array([name_code(k) for k in names], dtype=np.int32)[codes]
     # Value rows of the wanted annotations (their own value, or their elements').
-    rows = np.flatnonzero(want[w.val_ann])
-    owner, fnum = w.val_ann[rows], w.val_field[rows]
-    value, data = w.val_value[rows], w.val_data[rows]
+    rows = _rows_or_all(code[w.val_ann] >= 0)
+    owner, fnum = _pick(w.val_ann, rows), _pick(w.val_field, rows)
+    value, data = _pick(w.val_value, rows), _pick(w.val_data, rows)
     event = ev[owner]
     kind = np.where(_in(fnum, (*_TEXT_VALUES, _IID_VALUE)), 0, np.where(fnum == 5, 2, 1))
     out = np.empty(len(fnum), dtype=object)
@@ -557,12 +575,12 @@ def _annotations(buf, w: Wired, kept_event, pos, context, log: SequenceLog, cano
     double = fnum == _FLOAT_VALUE
     out[double] = value[double].view(np.float64).astype(object)
     text = _in(fnum, _TEXT_VALUES)
-    out[text] = texts(buf, data[text], value[text].astype(np.int64), kernels)
+    out[text] = shared_texts(buf, data[text], value[text].astype(np.int64), kernels)
     interned = fnum == _IID_VALUE
     out[interned] = log.lookup(
         "strings", context[event[interned]], value[interned], pos[event[interned]], None
     )
-    return {"pos": pos[event], "name": name[owner], "kind": kind.astype(np.int8), "value": out}
+    return {"event": event, "name": code[owner], "kind": kind.astype(np.int8), "value": out}
 
 
 def _flows(w: Wired, kept_event: np.ndarray, pos: np.ndarray) -> dict:

@@ -370,45 +370,45 @@ def scan(data, end):
 
 
 def pack(data, start, length):
-    """The strings at the spans packed, a NUL after each: (bytes, whether a string holds a
-    NUL), for one decode and one split (:func:`perfetto_fast.texts`)."""
+    """The bytes of the strings at the spans, one after the other (:func:`perfetto_fast.texts`)."""
     n = len(start)
-    total = n
+    total = 0
     for i in range(n):
         total += length[i]
     out = np.empty(total, dtype=np.uint8)
-    k, nul = 0, False
+    k = 0
     for i in range(n):
         at = start[i]
         for j in range(length[i]):
-            byte = data[at + j]
-            nul |= byte == 0
-            out[k] = byte
+            out[k] = data[at + j]
             k += 1
-        out[k] = 0
-        k += 1
-    return out, nul
+    return out
 
 
-def name_codes(data, start, length):
+def name_codes(words, start, length):
     """Codes of equal byte strings at the spans (in order of first appearance) and each code's
-    first span: an open-addressing table keyed by an FNV-1a hash, members compared byte by byte,
-    so the codes are exact (:func:`perfetto_fast.distinct_names`)."""
+    first span: an open-addressing table keyed by a hash of the length and the first and last
+    8 bytes (``words``: the buffer's word at every byte offset, ``perfetto_wire.Buffer``; one
+    unaligned load each), members compared word by word, so the codes are exact
+    (:func:`perfetto_fast.distinct_spans`)."""
     n = len(start)
-    size = 64
-    while size < 2 * n:
-        size *= 2
-    table = np.full(size, -1, dtype=np.int64)  # slot -> code
+    bits = 6
+    while (1 << bits) < 2 * n:
+        bits += 1
+    table = np.full(1 << bits, -1, dtype=np.int64)  # slot -> code
     first = np.empty(n, dtype=np.int64)  # code -> its first span
     codes = np.empty(n, dtype=np.int64)
-    mask = np.uint64(size - 1)
+    mask = np.uint64((1 << bits) - 1)
     m = 0
     for i in range(n):
-        at, length_i = start[i], length[i]
-        h = np.uint64(0xCBF29CE484222325)
-        for j in range(length_i):
-            h = (h ^ np.uint64(data[at + j])) * np.uint64(0x100000001B3)
-        slot = h & mask
+        at, size_i = start[i], length[i]
+        # Strings of under 8 bytes: one word, its bytes beyond the string zeroed.
+        keep = ~np.uint64(0) if size_i >= 8 else (_ONE << np.uint64(8 * size_i)) - _ONE
+        last = at + size_i - 8 if size_i >= 8 else at
+        head, tail = words[at] & keep, words[last] & keep
+        h = (head * np.uint64(0x9E3779B97F4A7C15)) ^ (tail * np.uint64(0xC2B2AE3D27D4EB4F))
+        h ^= np.uint64(size_i) * np.uint64(0x165667B19E3779F9)
+        slot = h >> np.uint64(64 - bits)  # the top bits: they depend on every bit of the words
         while True:
             code = table[slot]
             if code < 0:
@@ -418,13 +418,13 @@ def name_codes(data, start, length):
                 m += 1
                 break
             other = first[code]
-            if length[other] == length_i:
+            if length[other] == size_i:
                 o = start[other]
-                same = True
-                for j in range(length_i):
-                    if data[o + j] != data[at + j]:
-                        same = False
-                        break
+                same = words[o] & keep == head and words[o + (last - at)] & keep == tail
+                k = 8
+                while same and k < size_i - 8:  # the words between the first and the last
+                    same = words[o + k] == words[at + k]
+                    k += 8
                 if same:
                     codes[i] = code
                     break

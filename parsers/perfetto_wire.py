@@ -12,11 +12,14 @@ the caller hands it to protobuf, which gives the precise error or the exact read
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 _HIGH = np.uint64(0x8080808080808080)
+#: The mask keeping a word's first k bytes, k = 0..8.
+BYTE_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)
 _U = np.uint64
 #: Largest length we take from a length prefix (longer: the message is flagged bad).
 _MAX_LENGTH = 1 << 31
@@ -46,11 +49,11 @@ def varints(buf: Buffer, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
     """The varints at ``pos``: (uint64 values, positions after them, well-formed)."""
     w = buf.words[pos]
     stop = ~w & _HIGH
-    lowest = stop & (~stop + _U(1))  # the first byte without a continuation bit
-    nbytes = np.where(stop == 0, 9, (np.log2(np.maximum(lowest, 1).astype(np.float64)) + 1) / 8)
-    nbytes = nbytes.astype(np.int64)
-    keep = np.where(nbytes >= 8, ~_U(0), (_U(1) << (nbytes.astype(np.uint64) * _U(8))) - _U(1))
-    value = _compact(w & keep)
+    lowest = stop & (~stop + _U(1))  # the first byte without a continuation bit: 0x80 << 8k
+    # k + 1 bytes: 2**8k times 0x0102...08 has k + 1 in its top byte (none: nine or more).
+    nbytes = (((lowest >> _U(7)) * _U(0x0102030405060708)) >> _U(56)).view(np.int64)
+    nbytes[stop == 0] = 9
+    value = _compact(w & BYTE_MASKS.take(nbytes, mode="clip"))
     ok = np.ones(len(pos), dtype=bool)
     long = np.flatnonzero(stop == 0)
     if len(long):  # nine or ten bytes: 64-bit ids, negative ints
@@ -70,7 +73,7 @@ class Fields:
     ``value`` (varint or fixed value; for length-delimited fields the length) and ``data``
     (where a length-delimited payload starts). Rows are in step order (the first field of every
     message, then the second, ...): rows of one message are in wire order, so ordering a subset
-    by (message, row) puts it in message order, then wire order (:meth:`in_order`)."""
+    by (message, row) puts it in message order, then wire order (:meth:`ordered`)."""
 
     msg: np.ndarray
     field: np.ndarray
@@ -81,11 +84,18 @@ class Fields:
 
     def of(self, field: int, wire: int) -> np.ndarray:
         """Rows of field ``field`` with wire type ``wire``."""
-        return np.flatnonzero((self.field == field) & (self.wire == wire))
+        return np.flatnonzero(self.tags == (field << 3 | wire))
 
-    def in_order(self, rows: np.ndarray) -> np.ndarray:
-        """``rows`` in message order, then wire order."""
-        return rows[np.argsort(self.msg[rows], kind="stable")]
+    @functools.cached_property
+    def tags(self) -> np.ndarray:
+        """Per row its tag (field number and wire type), for one comparison per :meth:`of`."""
+        return self.field << 3 | self.wire
+
+    def ordered(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``rows`` in message order, then wire order, and their messages."""
+        msg = self.msg[rows]
+        order = np.argsort(msg, kind="stable")
+        return rows[order], msg[order]
 
 
 def _step(buf: Buffer, pos: np.ndarray):

@@ -42,7 +42,10 @@ def _main_engine(ctx, mask: np.ndarray) -> str:
     tracks = ctx.trace.events[S.TRACK].to_numpy()[mask]
     if not len(tracks):
         return ""
-    names, counts = np.unique(engines[tracks], return_counts=True)
+    # Counted per engine name by the tracks' codes, not by sorting a name per event: names
+    # no event uses count 0, so the most used (the first in name order on a tie) is the same.
+    names, engine_code = np.unique(engines, return_inverse=True)
+    counts = np.bincount(engine_code.reshape(-1)[tracks], minlength=len(names))
     return str(names[np.argmax(counts)])
 
 

@@ -370,21 +370,28 @@ def _used(values: pd.Series, mask: np.ndarray) -> pd.Categorical:
 def tensor_work_by_dtype(trace: S.Trace, mask: np.ndarray, dtypes: pd.Categorical) -> pd.DataFrame:
     """Per (rank, dtype) of the events in ``mask``: events, time (ns) and FLOPs (NaN-free sum)."""
     ev = trace.events
+    # The names as a Categorical of sorted categories, not a string per row: grouped in the
+    # same (rank, name) order, then the few result rows get their text column back.
+    named = np.append(np.asarray(dtypes.categories.astype(str), dtype=object), "unknown")
+    sorted_names, name_code = np.unique(named, return_inverse=True)
     frame = pd.DataFrame(
         {
             "rank": ev[S.RANK].to_numpy()[mask],
-            "dtype": names(dtypes)[mask],
+            "dtype": pd.Categorical.from_codes(
+                name_code[dtypes.codes][mask], categories=pd.Index(sorted_names, dtype="str")
+            ),
             "time_ns": ev[S.DUR].to_numpy()[mask],
             "flops": np.nan_to_num(ev[S.FLOPS].to_numpy(dtype=np.float64)[mask])
             if S.FLOPS in ev
             else np.zeros(int(mask.sum())),
         }
     )
-    return (
-        frame.groupby(["rank", "dtype"], sort=True)
+    table = (
+        frame.groupby(["rank", "dtype"], sort=True, observed=True)
         .agg(events=("time_ns", "size"), time_ns=("time_ns", "sum"), flops=("flops", "sum"))
         .reset_index()
     )
+    return table.assign(dtype=table["dtype"].astype("str"))
 
 
 def precision_records(trace: S.Trace) -> list[dict]:
