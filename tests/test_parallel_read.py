@@ -80,6 +80,21 @@ def test_small_inputs_read_serially_unless_jobs_is_given(in_samples, monkeypatch
     assert [a[0] for a in started] == [2]
 
 
+def test_two_cores_read_serially_unless_jobs_is_given(in_samples, monkeypatch):
+    started = []
+    real = parallel.ProcessPoolExecutor
+    monkeypatch.setattr(
+        parallel, "ProcessPoolExecutor", lambda *a, **kw: started.append(a) or real(*a, **kw)
+    )
+    monkeypatch.setattr(parallel, "POOL_MIN_BYTES", 0)  # the sample is big enough
+    monkeypatch.setattr(parallel.os, "cpu_count", lambda: 2)
+    load([JOBS["chrome"]], cache=False)
+    assert started == []
+    monkeypatch.setattr(parallel.os, "cpu_count", lambda: 8)
+    load([JOBS["chrome"]], cache=False)
+    assert [a[0] for a in started] == [2]  # two files: two workers
+
+
 def test_a_worker_error_is_the_serial_error(broken_job):
     with pytest.raises(TraceInputError) as serial:
         load([broken_job], cache=False, jobs=1)

@@ -146,8 +146,8 @@ def add_reading_options(parser: argparse.ArgumentParser) -> None:
         "--jobs",
         type=jobs_count,
         metavar="N",
-        help="reader processes (default: one per input file up to the CPU count, and the CPU "
-        "count within one big Chrome file; 1: serial)",
+        help="reader processes (default: one per input file up to the CPU count on more than "
+        "2 cores, and the CPU count within one big Chrome file; 1: serial)",
     )
     group.add_argument(
         "--scheduler",

@@ -86,7 +86,7 @@ def resolved_settings(args: argparse.Namespace, config: Config) -> dict[str, dic
 
 _NONE_MEANS = {
     "layout": "none (inferred from the collectives)",
-    "jobs": "auto (one per input file up to the CPU count)",
+    "jobs": "auto (one per input file up to the CPU count, on more than 2 cores)",
     "scheduler": "none (read here)",
 }
 

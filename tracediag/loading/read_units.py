@@ -6,7 +6,8 @@ units and takes cache hits itself (hashing runs in threads, hashlib releases the
 never pay for a worker process or for shipping frames back; only misses are dispatched:
 
 - serially when there is one miss, ``jobs == 1``, or (``jobs`` unset) less input than
-  :data:`POOL_MIN_BYTES`, where starting processes costs more than it saves;
+  :data:`POOL_MIN_BYTES`, where starting processes costs more than it saves, or a machine of
+  :data:`SERIAL_AT_CORES` cores or fewer;
 - to a process pool of ``min(misses, jobs or cpu_count)`` workers, which write their cache
   entries themselves (same machine, in parallel);
 - to a Dask cluster (``scheduler``), whose results the caller caches, as its workers need not
@@ -34,6 +35,12 @@ from tracediag.model.errors import TraceInputError, UsageError
 
 #: Below this much input (bytes, all units together) an unset ``jobs`` reads serially.
 POOL_MIN_BYTES = 16 << 20
+#: On this few cores an unset ``jobs`` reads serially: the workers' fresh heaps, pickling the
+#: parts and unpickling them in the main process cost more than the parallel reads gain. The
+#: clean-room Neuron job of 4 ranks x 1M instructions on 2 cores, quiet (load 0.1), alternating:
+#: pool 40.9 and 38.6 CPU s, 34.3 and 33.0 s wall, 3.93 GB; serial 33.6 and 32.7 CPU s, 33.0 and
+#: 32.1 s wall, 3.78 GB.
+SERIAL_AT_CORES = 2
 #: Seconds to wait for a Dask scheduler before saying it is unreachable.
 CONNECT_TIMEOUT_S = 5
 
@@ -187,12 +194,18 @@ def _dispatch(
             i: client.submit(read_unit, *_worker_args(units[i], None), pure=False) for i in misses
         }
     workers = min(len(misses), jobs or os.cpu_count() or 1)
-    if workers < 2 or (jobs is None and _input_bytes(units, misses) < POOL_MIN_BYTES):
+    if workers < 2 or (jobs is None and not _pool_pays(units, misses)):
         return {}
     pool = ProcessPoolExecutor(workers, mp_context=worker_pool.start_context())
     futures = {i: pool.submit(read_unit, *_worker_args(units[i], root)) for i in misses}
     pool.shutdown(wait=False)  # workers exit once the submitted reads are done
     return futures
+
+
+def _pool_pays(units: list[Unit], misses: list[int]) -> bool:
+    """Whether an unset ``jobs`` reads the misses in a pool (module docstring)."""
+    cores = os.cpu_count() or 1
+    return cores > SERIAL_AT_CORES and _input_bytes(units, misses) >= POOL_MIN_BYTES
 
 
 def _worker_args(unit: Unit, root: Path | None) -> tuple:
