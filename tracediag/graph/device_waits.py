@@ -235,6 +235,9 @@ def dispatch_waits(trace: S.Trace, pred_end, pred_ev) -> pd.DataFrame:
     :data:`DISPATCH_TOLERANCE_NS` after its recorded predecessor ended binds to the host event
     of its process (any thread) that ended last at or before its start, when that end is
     within the tolerance and later than the recorded predecessor's. Its gap is host time."""
+    formats = [r for r, m in trace.meta.items() if m.format in DISPATCH_FORMATS]
+    if not formats:
+        return empty_evidence_frame()
     ev = trace.events
     ts = ev[S.TS].to_numpy()
     end = ts + ev[S.DUR].to_numpy()
@@ -242,7 +245,6 @@ def dispatch_waits(trace: S.Trace, pred_end, pred_ev) -> pd.DataFrame:
     on_thread = (S.strings(trace.tracks[S.TRACK_KIND]) == "cpu_thread")[ev[S.TRACK].to_numpy()]
     ed = trace.edges
     launched = ed[S.DST].to_numpy()[(ed[S.EDGE_KIND] == "launch").to_numpy(dtype=bool)]
-    formats = [r for r, m in trace.meta.items() if m.format in DISPATCH_FORMATS]
     unlaunched = np.isin(rank, formats) & ~np.isin(rank, np.unique(rank[launched]))
     host = np.flatnonzero(on_thread & (ev[S.KIND] == "host").to_numpy(dtype=bool))
     work = ~on_thread & ev[S.KIND].isin(DEVICE_WORK).to_numpy() & unlaunched
