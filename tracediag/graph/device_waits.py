@@ -44,9 +44,10 @@ NO_PREDECESSOR = -(2**61)
 #: other ranks whose release no what-if moves; bound to it, a slow rank's executions could not
 #: speed up (the clean-room system straggler: COL201 0.63 ms against the truth's 1.75 ms). Not
 #: Kineto's yet: on the MTIA trace (no launch records) the 9 dispatches found are plausible
-#: (``enqueueCommand memcpyHtoDAsync`` 17-49 µs before each ``dma_request``), but the host's
-#: waits for the device before them return 0.1-0.2 ms after it idles, past the wake-up
-#: tolerance, so the path then ran back along the host thread: 76% host where the device works.
+#: (``enqueueCommand memcpyHtoDAsync`` 17-49 µs before each ``dma_request``), but the worker
+#: threads making them had been silent 6.7-41 ms and resumed 0.5-6.9 ms after the device went
+#: idle, woken by nothing the trace shows, so the path then ran back along those threads: 76%
+#: host where the device works.
 DISPATCH_FORMATS = ("xplane",)
 
 #: The event kinds that are device work.
