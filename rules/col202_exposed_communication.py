@@ -15,7 +15,7 @@ from tracediag.model.wording import bus_bandwidth_text, plural, ranks_label
 if TYPE_CHECKING:
     import pandas as pd
 
-    from tracediag.graph.replay import WhatIf
+    from tracediag.graph.changes import WhatIf
 
 
 class ExposedCommunication(Rule):
@@ -81,7 +81,8 @@ class ExposedCommunication(Rule):
         # A transfer every participant leaves as exposed is the job's, not the rank the path
         # happens to cross (the one ending last): one finding names them all.
         tr = tr.assign(who=np.where(_exposed_alike(ctx, tr), -1, tr["rank"].to_numpy()))
-        sizes = ctx.trace.collectives.groupby(S.COLL_KEY)[S.RANK].nunique()
+        sizes = every.groupby(S.COLL_KEY)[S.RANK].nunique()
+        keys = pd.MultiIndex.from_arrays([every[S.COLL_KEY], every[S.RANK]])
         for (who, op), grp in tr.groupby(["who", "op"]):
             rank = int(grp["rank"].iloc[0])
             impact = int(grp["exposed"].sum())
@@ -92,15 +93,14 @@ class ExposedCommunication(Rule):
             # What the change also takes off the path beyond the exposed transfer (its gaps).
             exposed = impact
             impact = impact_covering_saving(ctx, change, exposed, int(saving))
-            every = ctx.trace.collectives
             in_grp = every[S.COLL_KEY].isin(grp["coll_key"]).to_numpy()
-            ranks = tuple(int(r) for r in np.unique(every[S.RANK].to_numpy()[in_grp]))
-            if who >= 0:
-                ranks = (rank,)
+            ranks = (
+                (rank,)
+                if who >= 0
+                else tuple(int(r) for r in np.unique(every[S.RANK].to_numpy()[in_grp]))
+            )
             # The bandwidth of the transfers the path runs through (one rank's each).
-            crossed = pd.MultiIndex.from_arrays([grp["coll_key"], grp["rank"]])
-            keys = pd.MultiIndex.from_arrays([every[S.COLL_KEY], every[S.RANK]])
-            body = every[keys.isin(crossed)]
+            body = every[keys.isin(pd.MultiIndex.from_arrays([grp["coll_key"], grp["rank"]]))]
             nbytes = float(body[S.BYTES].sum())
             t_ns = float(ctx.graph.dur[ctx.nodes_of(body[S.EVENT].to_numpy())].sum())
             algbw = nbytes / t_ns * 1e9 if t_ns > 0 and nbytes > 0 else float("nan")
@@ -195,11 +195,8 @@ def _exposed_alike(ctx, tr: pd.DataFrame):
     lo, hi = tr["start_ns"].to_numpy()[i], tr["end_ns"].to_numpy()[i]
     left = uncovered_by_compute(ctx.trace.events, peer, lo, hi)
     alike = left >= ALIKE_SHARE * tr["exposed"].to_numpy()[i]
-    out = np.zeros(len(tr), dtype=bool)
     n_peers = np.bincount(i, minlength=len(tr))
-    out[n_peers > 0] = True
-    np.logical_and.at(out, i, alike)
-    return out
+    return (n_peers > 0) & (np.bincount(i[~alike], minlength=len(tr)) == 0)
 
 
 def _whose(ranks: tuple[int, ...], who: int) -> str:
@@ -257,7 +254,7 @@ def _world_size(ctx, rank: int) -> int:
 
 def _overlap_change(ctx, grp: pd.DataFrame) -> WhatIf:
     """Every participant's transfer of these instances shortened by the exposed time."""
-    from tracediag.graph.replay import WhatIf
+    from tracediag.graph.changes import WhatIf
 
     per_key = grp.groupby("coll_key")["exposed"].max()
     coll = ctx.trace.collectives
