@@ -108,7 +108,8 @@ def run_stage(stage: str, inputs: list[str], files: list[str]) -> dict:
     """Run ``stage`` on the case's ``inputs`` (``files``: its data files, for the floors)."""
     from tracediag.analysis.context import analyse
     from tracediag.engine.diagnose import diagnose
-    from tracediag.graph.replay import WhatIf, replay
+    from tracediag.graph.changes import WhatIf
+    from tracediag.graph.replay import replay
     from tracediag.parsers import chrome_stream
 
     paths = [Path(f) for f in files]

@@ -48,7 +48,7 @@ class BottleneckEngine(Rule):
         import numpy as np
 
         from tracediag.analysis.intervals import busy_ns_by_group
-        from tracediag.graph.replay import WhatIf
+        from tracediag.graph.changes import WhatIf
         from tracediag.whatif.engine_rate import at_engine_rate, instruction_overhead_ns
         from tracediag.whatif.trigger_latency import with_trigger_latency
 

@@ -45,7 +45,7 @@ class SmallMatmulTiles(Rule):
 
         from tracediag.analysis.bounds import te_peak
         from tracediag.analysis.source_lines import event_sources, on_path_ns, short_line
-        from tracediag.graph.replay import WhatIf
+        from tracediag.graph.changes import WhatIf
 
         ev = ctx.trace.events
         if S.TILE_ROWS not in ev or S.TILE_COLS not in ev:

@@ -48,7 +48,7 @@ class RedundantTransposes(Rule):
             on_path_ns,
             short_line,
         )
-        from tracediag.graph.replay import WhatIf
+        from tracediag.graph.changes import WhatIf
 
         ev = ctx.trace.events
         if S.TRANSPOSE_FLOPS not in ev or S.SRC_ADDRESS not in ev:

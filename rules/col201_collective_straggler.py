@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-    from tracediag.graph.replay import WhatIf
+    from tracediag.graph.changes import WhatIf
 
 
 class CollectiveStraggler(Rule):
@@ -246,7 +246,7 @@ def straggler_change(ctx, rank: int, nodes: np.ndarray, late_ns: np.ndarray) -> 
     """
     import numpy as np
 
-    from tracediag.graph.replay import WhatIf
+    from tracediag.graph.changes import WhatIf
     from tracediag.whatif.straggler_pace import peer_pace_change
 
     gap = ctx.graph.gap

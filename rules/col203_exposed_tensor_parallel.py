@@ -141,7 +141,7 @@ class ExposedTensorParallel(Rule):
         from tracediag.analysis.intervals import interval_overlap
         from tracediag.analysis.tensor_parallel import tp_collective_rows
         from tracediag.engine.saving_bound import impact_covering_saving
-        from tracediag.graph.replay import WhatIf
+        from tracediag.graph.changes import WhatIf
 
         tp = tp_collective_rows(ctx)
         if not len(tp):

@@ -57,7 +57,7 @@ class DmaTransferEfficiency(Rule):
             on_path_ns,
             short_line,
         )
-        from tracediag.graph.replay import WhatIf
+        from tracediag.graph.changes import WhatIf
 
         dma = ctx.dma
         # Per transfer, not per packet: the size class and the 32 KiB floor are a transfer's, and

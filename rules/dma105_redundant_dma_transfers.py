@@ -45,7 +45,7 @@ class RedundantDmaTransfers(Rule):
             lines_text,
             on_path_ns,
         )
-        from tracediag.graph.replay import WhatIf
+        from tracediag.graph.changes import WhatIf
 
         sizes = {r: m.info.get("tensor_sizes") or {} for r, m in ctx.trace.meta.items()}
         if not any(sizes.values()):

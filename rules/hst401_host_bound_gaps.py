@@ -67,7 +67,7 @@ class HostBoundGaps(Rule):
         )
         from tracediag.analysis.intervals import interval_overlap
         from tracediag.analysis.peers import device_ranks
-        from tracediag.graph.replay import WhatIf
+        from tracediag.graph.changes import WhatIf
         from tracediag.rules.hst402_host_device_syncs import warmup_note
         from tracediag.whatif.saving_limit import limit_clause
 
@@ -250,7 +250,7 @@ class HostBoundGaps(Rule):
         )
         from tracediag.analysis.intervals import interval_overlap
         from tracediag.graph import dependencies as G
-        from tracediag.graph.replay import WhatIf
+        from tracediag.graph.changes import WhatIf
         from tracediag.whatif.saving_limit import limit_clause
 
         g = ctx.graph

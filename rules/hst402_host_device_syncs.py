@@ -120,8 +120,8 @@ class HostDeviceSyncs(Rule):
 
         from tracediag.analysis.intervals import interval_overlap
         from tracediag.engine.saving_bound import binding_chain_of
+        from tracediag.graph.changes import WhatIf
         from tracediag.graph.device_waits import device_busy_runs
-        from tracediag.graph.replay import WhatIf
         from tracediag.whatif.saving_limit import limit_clause
 
         ids, lo, hi = blocking_syncs(ctx, opts["min_call_ns"])

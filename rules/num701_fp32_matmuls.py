@@ -114,7 +114,7 @@ class Fp32Matmuls(Rule):
     def _finding(self, ctx, opts, frame, name, factor, on_path, table, fast_dtype, target):
         import numpy as np
 
-        from tracediag.graph.replay import WhatIf
+        from tracediag.graph.changes import WhatIf
 
         ev = ctx.trace.events
         rows = frame[frame["layer"] == name]

@@ -44,7 +44,7 @@ class TransposeFlops(Rule):
         import numpy as np
 
         from tracediag.analysis.vendor_summary import summary_total
-        from tracediag.graph.replay import WhatIf
+        from tracediag.graph.changes import WhatIf
         from tracediag.model import numeric_formats as dtypes
 
         trace = ctx.trace

@@ -41,7 +41,7 @@ class SpillReloads(Rule):
         import pandas as pd
 
         from tracediag.analysis.vendor_summary import summary_total
-        from tracediag.graph.replay import WhatIf
+        from tracediag.graph.changes import WhatIf
 
         trace = ctx.trace
         per_rank, flagged = {}, []

@@ -42,7 +42,7 @@ class StageImbalance(Rule):
 
         from tracediag.analysis.pipeline_stats import stage_table
         from tracediag.engine.saving_bound import impact_covering_saving
-        from tracediag.graph.replay import WhatIf
+        from tracediag.graph.changes import WhatIf
 
         if ctx.layout.pp < 2:
             return

@@ -49,7 +49,7 @@ import numpy as np
 
 from tracediag.analysis.context import change_key
 from tracediag.engine.saving_bound import change_effect, finding_effect
-from tracediag.graph.replay import joint
+from tracediag.graph.changes import joint
 from tracediag.model import schema as S
 
 #: Bandwidths in a finding's evidence and the peak each is compared with.

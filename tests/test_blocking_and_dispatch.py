@@ -17,9 +17,10 @@ from tracediag.analysis.context import analyse
 from tracediag.engine.config import Config
 from tracediag.engine.diagnose import diagnose
 from tracediag.graph import dependencies as G
+from tracediag.graph.changes import WhatIf, released_graph
 from tracediag.graph.dependencies import build_graph
 from tracediag.graph.inferred_edges import counts_by_rank, infer_edges
-from tracediag.graph.replay import WhatIf, released_graph, replay
+from tracediag.graph.replay import replay
 from tracediag.loading.loader import load
 from tracediag.model import schema as S
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from tests.worked_example import example_trace
+from tracediag.graph.changes import WhatIf
 from tracediag.graph.critical_path import walk
 from tracediag.graph.dependencies import build_graph
-from tracediag.graph.replay import WhatIf, replay
+from tracediag.graph.replay import replay
 from tracediag.loading.clock_alignment import align_clocks
 from tracediag.model import schema as S
 

@@ -20,10 +20,11 @@ from tests.trace_factory import RankSpec, build
 from tracediag.analysis.context import analyse
 from tracediag.engine.diagnose import diagnose
 from tracediag.graph import dependencies as G
+from tracediag.graph.changes import WhatIf
 from tracediag.graph.critical_path import walk
 from tracediag.graph.dependencies import build_graph
 from tracediag.graph.inferred_edges import counts_by_rank, infer_edges
-from tracediag.graph.replay import WhatIf, replay
+from tracediag.graph.replay import replay
 from tracediag.graph.wait_evidence import STREAM_TOLERANCE_NS
 from tracediag.loading.loader import load
 from tracediag.model import schema as S

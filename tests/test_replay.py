@@ -7,8 +7,9 @@ import pytest
 
 from tests.trace_factory import RankSpec, build
 from tracediag.graph import replay as replay_module
+from tracediag.graph.changes import WhatIf
 from tracediag.graph.dependencies import build_graph
-from tracediag.graph.replay import WhatIf, replay
+from tracediag.graph.replay import replay
 
 
 def _reference(graph, dur, gap):

@@ -34,8 +34,9 @@ from tracediag.analysis.context import Analysis, change_key
 from tracediag.engine.diagnose import diagnose
 from tracediag.engine.shared_savings import label
 from tracediag.generator import SCENARIOS, generate
+from tracediag.graph.changes import WhatIf, joint
 from tracediag.graph.dependencies import SYNC_DONE
-from tracediag.graph.replay import WhatIf, joint, replay
+from tracediag.graph.replay import replay
 from tracediag.loading.loader import load
 
 GLOO = Path(__file__).parent / "data" / "real_gloo"
@@ -134,7 +135,7 @@ def _generated(scenario: str, tmp_path_factory) -> Path:
 def _released_gaps(graph, nodes) -> np.ndarray:
     """Gaps with the completion ``nodes`` waiting only for their call's begin (the
     ``sync_completion`` edge), no longer for the device work: their start less that begin's
-    end, read off the predecessor lists here rather than from ``replay.released_graph``."""
+    end, read off the predecessor lists here rather than from ``changes.released_graph``."""
     gap = graph.gap.copy()
     for v in np.unique(nodes).tolist():
         lo, hi = graph.pred_ptr[v], graph.pred_ptr[v + 1]

@@ -7,8 +7,9 @@ import pytest
 
 from tests.test_replay import _random_trace, _reference
 from tracediag.graph import replay as replay_module
+from tracediag.graph.changes import WhatIf
 from tracediag.graph.dependencies import build_graph
-from tracediag.graph.replay import WhatIf, _window_span, replay
+from tracediag.graph.replay import _window_span, replay
 
 
 def _want_length(graph, change):

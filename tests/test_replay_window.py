@@ -13,8 +13,9 @@ import pytest
 
 from tests.test_replay import _random_trace, _reference
 from tracediag.graph import replay as replay_module
+from tracediag.graph.changes import WhatIf
 from tracediag.graph.dependencies import build_graph
-from tracediag.graph.replay import WhatIf, replay
+from tracediag.graph.replay import replay
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -102,12 +103,13 @@ _CHILD = textwrap.dedent(
     import numpy as np
     from tests.test_replay import _random_trace
     from tracediag.graph import replay as R
+    from tracediag.graph.changes import WhatIf
     from tracediag.graph.dependencies import build_graph
 
     R._COMPILE_ABOVE_EDGES = -1  # the compiled path, on a small graph
     g = build_graph(_random_trace(2))
     nodes = np.arange(0, len(g), 5)
-    change = R.WhatIf.durations(nodes, g.dur[nodes] // 3)
+    change = WhatIf.durations(nodes, g.dur[nodes] // 3)
     got = R.replay(g, change)
     R._COMPILE_ABOVE_EDGES = 1 << 62
     g.replay_plan = None

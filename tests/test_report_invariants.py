@@ -17,7 +17,7 @@ from tests.trace_factory import RankSpec, build
 from tracediag.engine.config import Config
 from tracediag.engine.diagnose import diagnose
 from tracediag.engine.saving_bound import binding_chain, change_effect
-from tracediag.graph.replay import WhatIf
+from tracediag.graph.changes import WhatIf
 from tracediag.model.findings import Severity
 
 

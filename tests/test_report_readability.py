@@ -13,7 +13,7 @@ from tests.trace_factory import RankSpec, build
 from tracediag.cli.main import main
 from tracediag.engine.config import Config
 from tracediag.engine.diagnose import diagnose
-from tracediag.graph.replay import WhatIf, joint
+from tracediag.graph.changes import WhatIf, joint
 from tracediag.loading.loader import load
 from tracediag.model.units import fmt_ns
 

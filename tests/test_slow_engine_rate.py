@@ -20,7 +20,7 @@ from tests.kernel_fixtures import diagnosed_kernels
 from tracediag.analysis.context import change_key
 from tracediag.generator.kernel_program import KernelShape
 from tracediag.generator.kernels import _CAUSES, simulate_kernel
-from tracediag.graph.replay import joint
+from tracediag.graph.changes import joint
 
 
 @pytest.fixture(scope="module")

@@ -28,10 +28,11 @@ from tracediag.analysis.peers import (
 from tracediag.analysis.step_windows import widen_host_window
 from tracediag.analysis.steps import JobSteps, job_steps, per_rank_typical, rank_steps
 from tracediag.analysis.temporal_breakdown import temporal_breakdown
+from tracediag.graph.changes import WhatIf, joint
 from tracediag.graph.critical_path import CriticalPath, node_categories, texts_by_code, walk
 from tracediag.graph.dependencies import Graph, build_graph
 from tracediag.graph.inferred_edges import infer_edges
-from tracediag.graph.replay import WhatIf, joint, replay
+from tracediag.graph.replay import replay
 from tracediag.model import schema as S
 from tracediag.model.findings import Finding, Severity
 from tracediag.model.wording import share_of_path, share_of_steps
@@ -204,7 +205,7 @@ class Analysis:
 
     def joint_saving(self, findings) -> int | None:
         """ns the window would be shorter with the changes of all ``findings`` made together, by
-        one replay (:func:`~tracediag.graph.replay.joint`); None when a finding with a saving
+        one replay (:func:`~tracediag.graph.changes.joint`); None when a finding with a saving
         did not record its change (a third-party rule that passes no ``change=``)."""
         changes = []
         for f in findings:

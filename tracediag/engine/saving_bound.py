@@ -1,6 +1,6 @@
 """The most a finding's change can save: what it takes out of the critical path.
 
-A what-if (:class:`~tracediag.graph.replay.WhatIf`) sets durations and gaps of graph nodes and
+A what-if (:class:`~tracediag.graph.changes.WhatIf`) sets durations and gaps of graph nodes and
 replays ``start[v] = max(end[p] for p in preds(v)) + gap[v]`` (roots keep their start). Let P be
 the *binding chain*: the node that ends the window, its binding predecessor (``Graph.bind``,
 the predecessor that ends last, so ``start = end[bind] + gap`` exactly), that one's, and so on
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracediag.analysis.context import Analysis, change_key
+from tracediag.graph.changes import WhatIf, graph_of
 from tracediag.graph.critical_path import chain_from
 from tracediag.graph.dependencies import Graph
-from tracediag.graph.replay import WhatIf, graph_of
 from tracediag.model.findings import Finding
 
 

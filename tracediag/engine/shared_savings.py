@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import replace
 
 from tracediag.analysis.context import Analysis, change_key
-from tracediag.graph.replay import joint
+from tracediag.graph.changes import joint
 from tracediag.model.findings import Finding
 from tracediag.model.units import fmt_ns
 

@@ -87,7 +87,7 @@ class Graph:
     dropped_edges: dict[str, int] = field(default_factory=dict)
     replay_plan: object | None = field(default=None, repr=False)  # cached by replay.py
     # Graphs with some completions released from the device work they wait for, by the
-    # released nodes (replay.released_graph).
+    # released nodes (changes.released_graph).
     released: dict = field(default_factory=dict, repr=False)
 
     @property

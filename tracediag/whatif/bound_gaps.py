@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from tracediag.analysis.bounds import CONTROL_TRANSFER_BYTES, GAPS, EventClasses, classify_events
-from tracediag.graph.replay import WhatIf
+from tracediag.graph.changes import WhatIf
 
 #: Node-replays (graph nodes x replays) the savings may cost: 7 replays of a 1M-node graph
 #: would add seconds per rank to a report; a kernel of 20k nodes costs milliseconds.

@@ -7,7 +7,7 @@ import pandas as pd
 
 from tracediag.analysis.context import Analysis
 from tracediag.graph import dependencies as G
-from tracediag.graph.replay import WhatIf
+from tracediag.graph.changes import WhatIf
 
 
 def typical_trigger_wait(ctx: Analysis) -> pd.Series:

@@ -14,7 +14,8 @@ import re
 
 import numpy as np
 
-from tracediag.graph.replay import WhatIf, graph_of, replay
+from tracediag.graph.changes import WhatIf, graph_of
+from tracediag.graph.replay import replay
 from tracediag.model import schema as S
 from tracediag.model.units import fmt_ns
 

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from tracediag.analysis.peers import median_of_others, peer_track_names, track_name_codes
-from tracediag.graph.replay import WhatIf
+from tracediag.graph.changes import WhatIf
 from tracediag.graph.wait_evidence import process_of_rank
 from tracediag.model import schema as S
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracediag.graph.replay import WhatIf, replay
+from tracediag.graph.changes import WhatIf
+from tracediag.graph.replay import replay
 from tracediag.model import schema as S
 
 

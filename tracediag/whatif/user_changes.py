@@ -30,8 +30,9 @@ import numpy as np
 
 from tracediag.analysis.context import Analysis, analyse
 from tracediag.analysis.peers import peer_track_names
+from tracediag.graph.changes import WhatIf
 from tracediag.graph.dependencies import EDGE_CODE_NAMES
-from tracediag.graph.replay import WhatIf, replay
+from tracediag.graph.replay import replay
 from tracediag.model import schema as S
 from tracediag.model.dma_rings import split_ring_names
 
