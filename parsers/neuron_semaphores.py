@@ -382,7 +382,7 @@ def _attribute(
     values["ts"] = values["ts"].astype(np.float64)
     order = np.argsort(values["ts"].to_numpy(), kind="stable")
     left = values.iloc[order].reset_index().rename(columns={"index": "u"})
-    named = _nearest_owned(left, producers)
+    named = _once_each(_nearest_owned(left, producers), left["ts"].to_numpy(), producers)
     cc = tables.get("cc")
     if cc is not None and len(cc):
         start, dur = times(cc)
@@ -397,6 +397,23 @@ def _attribute(
     src[left["u"].to_numpy()] = named
     values["src"] = src
     return values
+
+
+def _once_each(src: np.ndarray, ts: np.ndarray, producers: pd.DataFrame) -> np.ndarray:
+    """``src`` with each producer kept for the one update nearest its end: a completion
+    increments once. An update 46 ns after a send's completion (itself the update at that
+    send's end) is the receive's that ended with it, which names no semaphore."""
+    got = np.flatnonzero(src >= 0)
+    if not len(got):
+        return src
+    end_of = pd.Series(producers["end"].to_numpy(), index=producers["src"].to_numpy())
+    end_of = end_of[~end_of.index.duplicated()]
+    dist = np.abs(ts[got] - end_of.reindex(src[got]).to_numpy())
+    o = np.lexsort((dist, src[got]))  # per producer, its nearest update first
+    first = np.r_[True, src[got][o][1:] != src[got][o][:-1]]
+    out = src.copy()
+    out[got[o[~first]]] = -1
+    return out
 
 
 def _nearest_owned(left: pd.DataFrame, right: pd.DataFrame) -> np.ndarray:

@@ -6,14 +6,18 @@ without the injected cause, clock offsets drawn by the writer)."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tests.cleanroom.neuron_device_writer import write_scenario
 from tracediag.analysis.context import change_key
 from tracediag.analysis.parallel_layout import infer_layout
 from tracediag.engine.diagnose import diagnose
+from tracediag.graph.inferred_edges import infer_edges
 from tracediag.graph.replay import replay
 from tracediag.loading.loader import load
+from tracediag.model import schema as S
+from tracediag.model.collective_ops import one_sided_sources
 from tracediag.model.findings import Severity
 
 TOLERANCE = 0.15
@@ -96,7 +100,7 @@ def test_slow_stage_is_named_by_pip602_and_pip601(jobs):
     (slow,) = [f for f in d.findings if f.code == "PIP602"]
     assert slow.ranks == tuple(fault["ranks"]) == (2,) and slow.severity >= Severity.WARNING
     assert slow.evidence["imbalance_pct"] == pytest.approx(100 * (fault["factor"] - 1), abs=3)
-    # The saving is the bubble the slow stage costs: above the truth today (see the xfail).
+    # The saving is the bubble the slow stage costs.
     assert 0.5 * fault["saving_ns"] < slow.saving_ns < 1.5 * fault["saving_ns"]
     bubbles = {f.ranks: f for f in d.findings if f.code == "PIP601"}
     warned = {r for r, f in bubbles.items() if f.severity >= Severity.WARNING}
@@ -104,15 +108,6 @@ def test_slow_stage_is_named_by_pip602_and_pip601(jobs):
     assert not [f for f in d.findings if f.code in ("COL201", "TRC503")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PIP602's replay saves 37,971 ns against the re-simulation's 32,027 (+18.6%): 9 of "
-    "the 48 receives reach no consumer. The writer names no wait on a received buffer (no "
-    "`$S[k]>=v` on the consuming instruction; only its S[15] SemaphoreUpdate row at the "
-    "completion), so a consumer that did not bind in the trace (6 on rank 2's backward) or "
-    "starts an engine's stream with evt_wait 0 (3 at act.mb0) leaves no evidence. With the "
-    "waits named, parsers/neuron_semaphores.py reads them and the saving is 31,829 (issue 14)",
-)
 def test_slow_stage_saving_within_tolerance_of_the_truth(jobs):
     trace, truth = jobs["pipeline_1f1b_slow_stage"]
     fault = _fault(truth, "slow_pipeline_stage")
@@ -144,3 +139,40 @@ def test_permute_sides_are_one_sided_in_the_graph(jobs):
     lo, hi = g.pred_ptr[inst], g.pred_ptr[inst + 1]
     assert ((hi - lo) == 1).all()  # one arrival each: the source's
     assert (g.pred_code[lo] == COLL_ARRIVAL).all()
+
+
+def _receive_readers(trace, edges: pd.DataFrame) -> dict[str, set]:
+    """Per receive (match key @ rank): the (name, start from the trace's first event) of the
+    compute events ``edges`` make wait for it."""
+    ev, coll = trace.events, trace.collectives
+    t0 = int(ev[S.TS].min())
+    side = one_sided_sources(coll[S.COLL_OP], coll[S.GROUP], coll[S.RANK])
+    recv = coll[side == 0]
+    key = dict(zip(recv[S.EVENT], recv[S.MATCH_KEY] + "@" + recv[S.RANK].astype(str), strict=True))
+    edges = edges[edges[S.SRC].isin(key)]
+    out: dict[str, set] = {k: set() for k in key.values()}
+    for s, d in zip(edges[S.SRC], edges[S.DST], strict=True):
+        if ev[S.KIND].iat[d] == "compute":
+            out[key[s]].add((str(ev[S.NAME].iat[d]), int(ev[S.TS].iat[d]) - t0))
+    return out
+
+
+def test_every_received_buffer_has_the_reader_the_operands_name(jobs):
+    """Without named waits, a receive that arrived before its reader was ready binds to the
+    reader the link's other receives show (``receive_use``). The readers found are the ones the
+    same job states when its operands name the waits (``S[15] (Pool)>=v``), and each of the 48
+    receives has one (9 of them had none before)."""
+    unnamed, _ = jobs["pipeline_1f1b_slow_stage"]
+    named, _ = jobs["pipeline_1f1b_slow_stage_semaphores"]
+    inferred_edges = infer_edges(unnamed)
+    found = _receive_readers(
+        unnamed, pd.concat([unnamed.edges[[S.SRC, S.DST]], inferred_edges[[S.SRC, S.DST]]])
+    )
+    stated = _receive_readers(named, named.edges)
+    assert len(found) == len(stated) == 48
+    assert all(found.values()) and all(stated.values())
+    assert all(found[k] <= stated[k] for k in stated)
+    # the named job states every wait: nothing is left to infer there
+    assert not (infer_edges(named)[S.EDGE_KIND] == "receive_use").any()
+    uses = inferred_edges[inferred_edges[S.EDGE_KIND] == "receive_use"]
+    assert len(uses) == 24 and (uses["gap_ns"] >= 0).all()

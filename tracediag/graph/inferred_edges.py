@@ -14,6 +14,9 @@
   host threads that resume when another thread's work ends, host threads that resume when the
   device work they waited for ends, devices without launch records that start when their host
   has dispatched the work.
+- ``receive_use`` (:mod:`tracediag.graph.receive_uses`): a point-to-point receive that arrived
+  before its reader was ready, bound to the reader the link's other receives show (the same
+  code consumes every buffer a link delivers).
 
 A stall is explained only by a recorded predecessor that ends within the tolerance of the
 waiter's start, not by one that ends anywhere inside the stall.
@@ -25,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from tracediag.graph.idle_waits import idle_wait_edges, recorded_predecessors
+from tracediag.graph.receive_uses import RECEIVE_USE, receive_use_edges
 from tracediag.graph.wait_evidence import (
     DEVICE_WAIT,
     DISPATCH_WAIT,
@@ -39,7 +43,14 @@ from tracediag.model import schema as S
 TOLERANCE_NS = 100
 
 #: The kinds of inferred edges, in the order of their categorical codes.
-INFERRED_EDGE_KINDS = ("dependency", STREAM_WAIT, THREAD_HANDOFF, DEVICE_WAIT, DISPATCH_WAIT)
+INFERRED_EDGE_KINDS = (
+    "dependency",
+    STREAM_WAIT,
+    THREAD_HANDOFF,
+    DEVICE_WAIT,
+    DISPATCH_WAIT,
+    RECEIVE_USE,
+)
 #: Each kind's inference, as the evidence names it.
 INFERENCE_OF_KIND = {
     "dependency": "semaphore_wait",
@@ -47,6 +58,7 @@ INFERENCE_OF_KIND = {
     THREAD_HANDOFF: "cross_thread_handoff",
     DEVICE_WAIT: "device_to_host_wait",
     DISPATCH_WAIT: "host_to_device_dispatch",
+    RECEIVE_USE: "repeated_receive_consumer",
 }
 
 
@@ -54,7 +66,13 @@ def infer_edges(trace: S.Trace) -> pd.DataFrame:
     """Every inferred edge: SRC, DST, EDGE_KIND (one of :data:`INFERRED_EDGE_KINDS`) and the
     evidence columns of :data:`tracediag.graph.wait_evidence.EVIDENCE_COLUMNS`."""
     recorded = recorded_predecessors(trace) if len(trace.events) else None
-    parts = [f for f in (wait_edges(trace, recorded), idle_wait_edges(trace, recorded)) if len(f)]
+    waits = wait_edges(trace, recorded)
+    parts = [f for f in (waits, idle_wait_edges(trace, recorded)) if len(f)]
+    if recorded is not None and len(trace.collectives):
+        known = pd.concat([trace.edges[[S.SRC, S.DST]], waits[[S.SRC, S.DST]]], ignore_index=True)
+        uses = receive_use_edges(trace, known, recorded[0], recorded[1])
+        if len(uses):
+            parts.append(uses)
     out = pd.concat(parts, ignore_index=True) if parts else empty_evidence_frame()
     out[S.EDGE_KIND] = pd.Categorical(out[S.EDGE_KIND].astype(str), categories=INFERRED_EDGE_KINDS)
     return out

@@ -29,6 +29,7 @@ EDGE_WORDS = {
     "thread_handoff": "an inferred hand-off between threads",
     "device_wait": "an inferred wait for the device",
     "dispatch_wait": "an inferred dispatch by the host",
+    "receive_use": "an inferred read of a received buffer",
 }
 
 

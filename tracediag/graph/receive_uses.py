@@ -1,0 +1,161 @@
+"""Consumers of received buffers that the trace does not bind: ``receive_use`` edges.
+
+A point-to-point receive (the target side of a ``CollectivePermute``, a ``recv``) lands in a
+buffer that later work reads. The trace names that reader only sometimes: a semaphore wait in
+the consumer's operands, or a stall that the receive's end explains (both become edges before
+this runs). A receive that arrives before its reader is ready leaves no trace of the
+dependency, and a what-if that speeds the reader up then lets it run ahead of its data (a
+pipeline stage sped up in a replay would start a backward pass before its gradient arrives).
+
+The same code consumes every buffer a link delivers: each micro-batch's forward reads the
+activation its predecessor stage sent, with the same instructions. So a link's known consumers
+(receive -> event edges, recorded or inferred, into another track) give the consumer's
+*signature*, its (track, name, source location); the signature's occurrences on the rank, in
+time order, are the consumer's runs, ``m`` per receive when they number ``m`` times the link's
+receives. Where every known consumer of the link sits at occurrence ``a + m * k`` of its
+receive ``k`` (in end order), the unknown ones are taken to sit there too, and each becomes a
+``receive_use`` edge when it starts at or after its receive's end (a buffer is read after it
+lands; an occurrence before it is evidence against the signature, which is then dropped).
+Events without a source location have no signature: a name and a track alone repeat too often
+to tell one consumer from the next.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracediag.graph.wait_evidence import empty_evidence_frame, evidence_frame
+from tracediag.model import schema as S
+from tracediag.model.collective_ops import one_sided_sources
+
+RECEIVE_USE = "receive_use"
+
+_RECEIVE_OPS = ("recv",)  # two-sided receives, besides one-sided targets
+
+
+def receive_use_edges(
+    trace: S.Trace, known: pd.DataFrame, pred_end: np.ndarray, pred_ev: np.ndarray
+) -> pd.DataFrame:
+    """``receive_use`` edges receive -> consumer with their evidence (see the module docstring).
+
+    ``known``: the edges already made (SRC, DST), recorded and inferred; ``pred_end`` and
+    ``pred_ev``: per event, its latest recorded predecessor's end and id
+    (:func:`tracediag.graph.idle_waits.recorded_predecessors`)."""
+    ev, coll = trace.events, trace.collectives
+    if not len(coll) or not len(known) or S.SOURCE not in ev:
+        return empty_evidence_frame()
+    recv = _receives(coll)
+    if not len(recv):
+        return empty_evidence_frame()
+    n = len(ev)
+    link_of = np.full(n, -1, dtype=np.int64)
+    link_of[recv[S.EVENT].to_numpy()] = recv["link"].to_numpy()
+    sig = _signatures(ev)
+    track = ev[S.TRACK].to_numpy()
+    src, dst = known[S.SRC].to_numpy(), known[S.DST].to_numpy()
+    use = (link_of[src] >= 0) & (sig[dst] >= 0) & (track[src] != track[dst])
+    if not use.any():
+        return empty_evidence_frame()
+    ts = ev[S.TS].to_numpy()
+    # Occurrences of each signature in time order: positions by (signature, start).
+    occ = np.flatnonzero(sig >= 0)
+    occ = occ[np.lexsort((ts[occ], sig[occ]))]
+    bounds = np.searchsorted(sig[occ], np.arange(sig.max() + 2))
+    position = np.full(n, -1, dtype=np.int64)  # an event's index among its signature's
+    position[occ] = np.arange(len(occ)) - bounds[sig[occ]]
+    # Per link: its receives in end order.
+    recv = recv.sort_values(["link", S.END], kind="stable")
+    r_ev = recv[S.EVENT].to_numpy()
+    r_end = recv[S.END].to_numpy()
+    r_link = recv["link"].to_numpy()
+    r_bounds = np.searchsorted(r_link, np.arange(r_link.max() + 2))
+    order_in_link = np.arange(len(r_ev)) - r_bounds[r_link]
+    k_of = np.full(n, -1, dtype=np.int64)
+    k_of[r_ev] = order_in_link
+    pairs = pd.DataFrame({"link": link_of[src[use]], "sig": sig[dst[use]], "src": src[use]})
+    pairs["k"] = k_of[pairs["src"].to_numpy()]
+    pairs["dst"] = dst[use]
+    # The edges already made that a prediction could repeat: only these reach a signature.
+    have = set(zip(pairs["src"].tolist(), pairs["dst"].tolist(), strict=True))
+    out_src, out_dst = [], []
+    # One pass per (link, signature): a job has few links and few consumer codes per link.
+    for (link, s), grp in pairs.groupby(["link", "sig"], sort=False):
+        occurrences = occ[bounds[s] : bounds[s + 1]]
+        lo, hi = r_bounds[link], r_bounds[link + 1]
+        made = _predicted_uses(
+            occurrences, position[grp["dst"].to_numpy()], grp["k"].to_numpy(), ts, r_end[lo:hi]
+        )
+        if made is None:
+            continue
+        for k, consumer in zip(*made, strict=True):
+            r = int(r_ev[lo + k])
+            if (r, int(consumer)) not in have:
+                out_src.append(r)
+                out_dst.append(int(consumer))
+    if not out_src:
+        return empty_evidence_frame()
+    s_arr, d_arr = np.asarray(out_src, np.int64), np.asarray(out_dst, np.int64)
+    end = ts + ev[S.DUR].to_numpy()
+    return evidence_frame(
+        s_arr,
+        d_arr,
+        ev[S.RANK].to_numpy()[d_arr],
+        ts[d_arr] - end[s_arr],
+        np.maximum(ts[d_arr] - pred_end[d_arr], 0),
+        pred_ev[d_arr],
+        np.full(len(d_arr), -1),
+        np.full(len(d_arr), -1),
+        kind=RECEIVE_USE,
+    )
+
+
+def _receives(coll: pd.DataFrame) -> pd.DataFrame:
+    """The receiving rows of point-to-point transfers, each with its ``link`` (a code per rank,
+    operation and group)."""
+    op = coll[S.COLL_OP].astype(str)
+    side = one_sided_sources(op.to_numpy(), coll[S.GROUP].to_numpy(), coll[S.RANK].to_numpy())
+    is_recv = (side == 0) | op.str.lower().isin(_RECEIVE_OPS).to_numpy()
+    recv = coll.loc[is_recv, [S.EVENT, S.RANK, S.COLL_OP, S.GROUP, S.END]].copy()
+    recv["link"] = recv.groupby([S.RANK, S.COLL_OP, S.GROUP], observed=True, sort=False).ngroup()
+    return recv
+
+
+def _signatures(ev: pd.DataFrame) -> np.ndarray:
+    """Per event: a code per (rank, track, name, source location); -1 without a location."""
+    source = ev[S.SOURCE]
+    src_code = (
+        source.cat.codes.to_numpy()
+        if isinstance(source.dtype, pd.CategoricalDtype)
+        else pd.factorize(source)[0]
+    )
+    name = ev[S.NAME]
+    name_code = (
+        name.cat.codes.to_numpy()
+        if isinstance(name.dtype, pd.CategoricalDtype)
+        else pd.factorize(name)[0]
+    )
+    keys = pd.MultiIndex.from_arrays(
+        [ev[S.RANK].to_numpy(), ev[S.TRACK].to_numpy(), name_code, src_code]
+    )
+    codes = pd.factorize(keys)[0].astype(np.int64)
+    codes[src_code < 0] = -1
+    return codes
+
+
+def _predicted_uses(occurrences, known_at, known_k, ts, ends):
+    """(receive orders, consumer events) a signature's ``occurrences`` predict for a link's
+    receives ending at ``ends``, or None when its known consumers (at occurrence ``known_at``
+    of receive ``known_k``) do not fit ``a + m * k``."""
+    n_recv = len(ends)
+    if len(occurrences) % n_recv:
+        return None
+    m = len(occurrences) // n_recv
+    a = known_at - m * known_k
+    if (a != a[0]).any() or not 0 <= a[0] < m:
+        return None
+    k = np.arange(n_recv)
+    consumer = occurrences[a[0] + m * k]
+    if (ts[consumer] < ends).any():  # a use before its buffer landed: not this code's
+        return None
+    return k, consumer
