@@ -61,14 +61,31 @@ def test_each_receive_binds_to_the_next_run_of_the_code_that_read_the_first():
     assert counts_by_rank(inferred)[1]["repeated_receive_consumer"] == 2
 
 
-def test_a_read_before_its_buffer_landed_drops_the_code_as_reader():
-    # the second run starts at 25 us, before the second receive ends (30): not this code's
-    trace, _, _ = _pipeline((10, 25, 60))
-    assert _uses(trace) == []
+def test_a_run_before_its_buffer_landed_is_not_its_reader():
+    # the second run starts at 25 us, before the second receive ends (30): the regular pattern
+    # fails; each buffer then goes to the first run after it landed and after the previous
+    # buffer's reader: the second to the run at 60 us, the third to none (no run is left)
+    trace, received, readers = _pipeline((10, 25, 60))
+    assert _uses(trace) == [[received[1], readers[2]]]
 
 
-def test_runs_that_do_not_repeat_once_per_receive_bind_nothing():
-    trace, _, _ = _pipeline((10, 38, 50, 60))  # four runs for three receives
+def test_runs_that_do_not_repeat_once_per_receive_take_the_first_after_each_landing():
+    trace, received, readers = _pipeline((10, 38, 50, 60))  # four runs for three receives
+    assert _uses(trace) == [[received[1], readers[1]], [received[2], readers[2]]]
+
+
+def test_a_rule_that_misses_a_known_reader_binds_nothing():
+    # the first buffer (landed at 10 us) is read by the run at 38 us, as a recorded edge says:
+    # neither one run per buffer from there (the third would need a fourth run) nor the first
+    # run after each landing (the run at 10 us) finds it
+    trace, received, readers = _pipeline((10, 38, 60), bound_first=False)
+    trace.edges = pd.concat(
+        [
+            trace.edges,
+            pd.DataFrame({S.SRC: [received[0]], S.DST: [readers[1]], S.EDGE_KIND: ["dependency"]}),
+        ],
+        ignore_index=True,
+    )
     assert _uses(trace) == []
 
 

@@ -123,6 +123,7 @@ def node_categories(graph: G.Graph, trace: S.Trace) -> tuple[np.ndarray, np.ndar
         dst = np.repeat(np.arange(n), np.diff(graph.pred_ptr))
         triggered[dst[graph.pred_code != G.PROGRAM_ORDER]] = True
     gapc[po & dma_track[tk_index] & triggered] = _CAT["dma_transfer"]
+    gapc[code == G.QUEUE_WAIT] = _CAT["dma_transfer"]  # its queue's hand-over to the next
     return own, gapc
 
 

@@ -33,7 +33,7 @@ BODY, ARRIVAL, INSTANCE, COMPLETION = 0, 1, 2, 3
 PROGRAM_ORDER, DEPENDENCY, DMA_TRIGGER, LAUNCH, FLOW, SYNC = 0, 1, 2, 3, 4, 5
 COLL_ARRIVAL, COLL_START, SYNC_DONE = 6, 7, 8
 STREAM_WAIT, THREAD_HANDOFF, DEVICE_WAIT, DISPATCH_WAIT = 9, 10, 11, 12  # inferred (idle_waits)
-RECEIVE_USE = 13  # inferred (receive_uses)
+RECEIVE_USE, QUEUE_WAIT = 13, 14  # inferred (receive_uses, dma_queue_waits)
 EDGE_CODE_NAMES = (
     "program_order",
     "dependency",
@@ -49,6 +49,7 @@ EDGE_CODE_NAMES = (
     "device_wait",
     "dispatch_wait",
     "receive_use",
+    "queue_wait",
 )
 _FORMAT_EDGE_CODES = {
     "dependency": DEPENDENCY,
@@ -61,6 +62,7 @@ _FORMAT_EDGE_CODES = {
     "device_wait": DEVICE_WAIT,
     "dispatch_wait": DISPATCH_WAIT,
     "receive_use": RECEIVE_USE,
+    "queue_wait": QUEUE_WAIT,
 }
 
 

@@ -14,6 +14,9 @@
   host threads that resume when another thread's work ends, host threads that resume when the
   device work they waited for ends, devices without launch records that start when their host
   has dispatched the work.
+- ``queue_wait`` (:mod:`tracediag.graph.dma_queue_waits`): a DMA transfer that started when the
+  previous transfer of its queue ended on another ring, later than its trigger and its ring
+  explain.
 - ``receive_use`` (:mod:`tracediag.graph.receive_uses`): a point-to-point receive that arrived
   before its reader was ready, bound to the reader the link's other receives show (the same
   code consumes every buffer a link delivers).
@@ -27,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracediag.graph.dma_queue_waits import QUEUE_WAIT, queue_wait_edges
 from tracediag.graph.idle_waits import idle_wait_edges, recorded_predecessors
 from tracediag.graph.receive_uses import RECEIVE_USE, receive_use_edges
 from tracediag.graph.wait_evidence import (
@@ -50,6 +54,7 @@ INFERRED_EDGE_KINDS = (
     DEVICE_WAIT,
     DISPATCH_WAIT,
     RECEIVE_USE,
+    QUEUE_WAIT,
 )
 #: Each kind's inference, as the evidence names it.
 INFERENCE_OF_KIND = {
@@ -59,6 +64,7 @@ INFERENCE_OF_KIND = {
     DEVICE_WAIT: "device_to_host_wait",
     DISPATCH_WAIT: "host_to_device_dispatch",
     RECEIVE_USE: "repeated_receive_consumer",
+    QUEUE_WAIT: "dma_queue_order",
 }
 
 
@@ -68,6 +74,10 @@ def infer_edges(trace: S.Trace) -> pd.DataFrame:
     recorded = recorded_predecessors(trace) if len(trace.events) else None
     waits = wait_edges(trace, recorded)
     parts = [f for f in (waits, idle_wait_edges(trace, recorded)) if len(f)]
+    if recorded is not None:
+        queued = queue_wait_edges(trace, recorded[0], recorded[1])
+        if len(queued):
+            parts.append(queued)
     if recorded is not None and len(trace.collectives):
         known = pd.concat([trace.edges[[S.SRC, S.DST]], waits[[S.SRC, S.DST]]], ignore_index=True)
         uses = receive_use_edges(trace, known, recorded[0], recorded[1])

@@ -10,14 +10,17 @@ pipeline stage sped up in a replay would start a backward pass before its gradie
 The same code consumes every buffer a link delivers: each micro-batch's forward reads the
 activation its predecessor stage sent, with the same instructions. So a link's known consumers
 (receive -> event edges, recorded or inferred, into another track) give the consumer's
-*signature*, its (track, name, source location); the signature's occurrences on the rank, in
+*signature*, its (track, name, operation, source location); the signature's occurrences on the rank, in
 time order, are the consumer's runs, ``m`` per receive when they number ``m`` times the link's
 receives. Where every known consumer of the link sits at occurrence ``a + m * k`` of its
-receive ``k`` (in end order), the unknown ones are taken to sit there too, and each becomes a
-``receive_use`` edge when it starts at or after its receive's end (a buffer is read after it
-lands; an occurrence before it is evidence against the signature, which is then dropped).
-Events without a source location have no signature: a name and a track alone repeat too often
-to tell one consumer from the next.
+receive ``k`` (in end order), and every such occurrence starts at or after its receive's end
+(a buffer is read after it lands), the unknown ones are taken to sit there too. Otherwise (a
+pipeline's warm-up and cool-down run the code more often between some receives than others)
+each receive's reader is the first occurrence that starts after its buffer landed and after
+the previous receive's reader, accepted only when that rule finds every known reader. Each
+reader found becomes a ``receive_use`` edge. Events with neither an operation (an HLO name) nor
+a source location have no signature: a name and a track alone repeat too often to tell one
+consumer from the next.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ def receive_use_edges(
     ``pred_ev``: per event, its latest recorded predecessor's end and id
     (:func:`tracediag.graph.idle_waits.recorded_predecessors`)."""
     ev, coll = trace.events, trace.collectives
-    if not len(coll) or not len(known) or S.SOURCE not in ev:
+    if not len(coll) or not len(known) or (S.SOURCE not in ev and S.OP not in ev):
         return empty_evidence_frame()
     recv = _receives(coll)
     if not len(recv):
@@ -122,40 +125,49 @@ def _receives(coll: pd.DataFrame) -> pd.DataFrame:
 
 
 def _signatures(ev: pd.DataFrame) -> np.ndarray:
-    """Per event: a code per (rank, track, name, source location); -1 without a location."""
-    source = ev[S.SOURCE]
-    src_code = (
-        source.cat.codes.to_numpy()
-        if isinstance(source.dtype, pd.CategoricalDtype)
-        else pd.factorize(source)[0]
-    )
-    name = ev[S.NAME]
-    name_code = (
-        name.cat.codes.to_numpy()
-        if isinstance(name.dtype, pd.CategoricalDtype)
-        else pd.factorize(name)[0]
-    )
+    """Per event: a code per (rank, track, name, operation, source location); -1 where it has
+    neither an operation nor a location."""
+    parts = [_codes(ev[c]) if c in ev else np.full(len(ev), -1) for c in (S.OP, S.SOURCE)]
     keys = pd.MultiIndex.from_arrays(
-        [ev[S.RANK].to_numpy(), ev[S.TRACK].to_numpy(), name_code, src_code]
+        [ev[S.RANK].to_numpy(), ev[S.TRACK].to_numpy(), _codes(ev[S.NAME]), *parts]
     )
     codes = pd.factorize(keys)[0].astype(np.int64)
-    codes[src_code < 0] = -1
+    codes[(parts[0] < 0) & (parts[1] < 0)] = -1
     return codes
+
+
+def _codes(col: pd.Series) -> np.ndarray:
+    """A code per distinct value, -1 where missing (a categorical's own codes)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy()
+    return pd.factorize(col)[0]
 
 
 def _predicted_uses(occurrences, known_at, known_k, ts, ends):
     """(receive orders, consumer events) a signature's ``occurrences`` predict for a link's
-    receives ending at ``ends``, or None when its known consumers (at occurrence ``known_at``
-    of receive ``known_k``) do not fit ``a + m * k``."""
-    n_recv = len(ends)
-    if len(occurrences) % n_recv:
+    receives ending at ``ends`` (see the module docstring), or None when its known consumers
+    (at occurrence ``known_at`` of receive ``known_k``) fit neither way."""
+    k = np.arange(len(ends))
+    at = _regular_positions(len(occurrences), known_at, known_k, len(ends))
+    if at is not None and (ts[occurrences[at]] >= ends).all():
+        return k, occurrences[at]
+    # First run at or after each buffer landed, each receive's after the previous one's: it
+    # must find every known reader where the known readers say it.
+    at = np.searchsorted(ts[occurrences], ends, side="left")
+    at = np.maximum.accumulate(at - k) + k
+    if (at[known_k] != known_at).any():
         return None
-    m = len(occurrences) // n_recv
+    inside = at < len(occurrences)
+    return k[inside], occurrences[at[inside]]
+
+
+def _regular_positions(n_occ: int, known_at, known_k, n_recv: int) -> np.ndarray | None:
+    """Occurrence ``a + m * k`` for each receive ``k``, with ``m`` runs per receive, where every
+    known reader sits so; None otherwise."""
+    if n_occ % n_recv:
+        return None
+    m = n_occ // n_recv
     a = known_at - m * known_k
     if (a != a[0]).any() or not 0 <= a[0] < m:
         return None
-    k = np.arange(n_recv)
-    consumer = occurrences[a[0] + m * k]
-    if (ts[consumer] < ends).any():  # a use before its buffer landed: not this code's
-        return None
-    return k, consumer
+    return a[0] + m * np.arange(n_recv)

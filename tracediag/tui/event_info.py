@@ -30,6 +30,7 @@ EDGE_WORDS = {
     "device_wait": "an inferred wait for the device",
     "dispatch_wait": "an inferred dispatch by the host",
     "receive_use": "an inferred read of a received buffer",
+    "queue_wait": "an inferred wait for its DMA queue",
 }
 
 
