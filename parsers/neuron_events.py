@@ -159,13 +159,21 @@ def instruction_dtypes(df: pd.DataFrame) -> pd.Categorical:
 
 
 def cc_events(df: pd.DataFrame, device: str) -> pd.DataFrame:
-    """``CcOp`` rows -> collective events, one track per CC stream."""
+    """``CcOp`` rows -> collective events, one track per CC stream; without a stream (legacy
+    JSON ``cc_ops``), one per replica group: the transfers of one group are ordered, but a
+    permute's send and receive (two groups, ``[[1, 2]]`` and ``[[3, 2]]``) overlap, and one
+    track for all would make each wait for the other."""
     n = len(df)
     stream, svalid = ints(column(df, "stream_id"), n)
     op_id, valid = ints(column(df, "op_id"), n)
+    group = labels(column(df, "replica_group"), n)
+    by_group = group.rename_categories(["cc group " + str(g) for g in group.categories])
+    track = fill_missing(
+        numbered("cc stream ", stream, svalid), fill_missing(by_group, "cc stream ?")
+    )
     return event_frame(
         df, "collective", fill_missing(labels(column(df, "operation"), n), "unknown"),
-        fill_missing(numbered("cc stream ", stream, svalid), "cc stream ?"), constant("cc", n),
+        track, constant("cc", n),
         "cc_core", device,
         **{S.BYTES: _cc_bytes(df), S.SRC_ID: np.where(valid, op_id, -1)},
     )  # fmt: skip
