@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracediag.graph.wait_evidence import empty_evidence_frame, evidence_frame
+from tracediag.graph.wait_evidence import empty_evidence_frame, evidence_frame, search_pairs
 from tracediag.model import schema as S
 from tracediag.model.dma_rings import split_ring_names
 
@@ -54,16 +54,8 @@ def queue_wait_edges(trace: S.Trace, pred_end: np.ndarray, pred_ev: np.ndarray) 
         return empty_evidence_frame()
     # The latest end at or before each waiter's start on its queue: search in (queue, end) order.
     o = np.lexsort((end, queue))
-    q_sorted, end_sorted = queue[o], end[o]
     w = np.flatnonzero(waiting)
-    span = int(max(end.max(), ts.max()) - min(end.min(), ts.min())) + 1
-    base = int(min(end.min(), ts.min()))
-    at = (
-        np.searchsorted(
-            q_sorted * span + (end_sorted - base), queue[w] * span + (ts[w] - base), side="right"
-        )
-        - 1
-    )
+    at = search_pairs(queue[o], end[o], queue[w], ts[w], side="right") - 1
     ok = at >= 0
     cand = o[np.maximum(at, 0)]
     ok &= queue[cand] == queue[w]

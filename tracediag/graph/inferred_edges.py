@@ -75,14 +75,12 @@ def infer_edges(trace: S.Trace) -> pd.DataFrame:
     waits = wait_edges(trace, recorded)
     parts = [f for f in (waits, idle_wait_edges(trace, recorded)) if len(f)]
     if recorded is not None:
-        queued = queue_wait_edges(trace, recorded[0], recorded[1])
-        if len(queued):
-            parts.append(queued)
-    if recorded is not None and len(trace.collectives):
         known = pd.concat([trace.edges[[S.SRC, S.DST]], waits[[S.SRC, S.DST]]], ignore_index=True)
-        uses = receive_use_edges(trace, known, recorded[0], recorded[1])
-        if len(uses):
-            parts.append(uses)
+        more = (
+            queue_wait_edges(trace, recorded[0], recorded[1]),
+            receive_use_edges(trace, known, recorded[0], recorded[1]),
+        )
+        parts += [f for f in more if len(f)]
     out = pd.concat(parts, ignore_index=True) if parts else empty_evidence_frame()
     out[S.EDGE_KIND] = pd.Categorical(out[S.EDGE_KIND].astype(str), categories=INFERRED_EDGE_KINDS)
     return out

@@ -79,26 +79,28 @@ def receive_use_edges(
     pairs = pd.DataFrame({"link": link_of[src[use]], "sig": sig[dst[use]], "src": src[use]})
     pairs["k"] = k_of[pairs["src"].to_numpy()]
     pairs["dst"] = dst[use]
-    # The edges already made that a prediction could repeat: only these reach a signature.
-    have = set(zip(pairs["src"].tolist(), pairs["dst"].tolist(), strict=True))
-    out_src, out_dst = [], []
+    made_src, made_dst = [], []
     # One pass per (link, signature): a job has few links and few consumer codes per link.
     for (link, s), grp in pairs.groupby(["link", "sig"], sort=False):
-        occurrences = occ[bounds[s] : bounds[s + 1]]
         lo, hi = r_bounds[link], r_bounds[link + 1]
         made = _predicted_uses(
-            occurrences, position[grp["dst"].to_numpy()], grp["k"].to_numpy(), ts, r_end[lo:hi]
+            occ[bounds[s] : bounds[s + 1]],
+            position[grp["dst"].to_numpy()],
+            grp["k"].to_numpy(),
+            ts,
+            r_end[lo:hi],
         )
-        if made is None:
-            continue
-        for k, consumer in zip(*made, strict=True):
-            r = int(r_ev[lo + k])
-            if (r, int(consumer)) not in have:
-                out_src.append(r)
-                out_dst.append(int(consumer))
-    if not out_src:
+        if made is not None:
+            made_src.append(r_ev[lo + made[0]])
+            made_dst.append(made[1])
+    if not made_src:
         return empty_evidence_frame()
-    s_arr, d_arr = np.asarray(out_src, np.int64), np.asarray(out_dst, np.int64)
+    s_arr, d_arr = np.concatenate(made_src), np.concatenate(made_dst)
+    # Not the edges already made (only those into a signature could be repeated).
+    new = ~np.isin(s_arr * n + d_arr, pairs["src"].to_numpy() * n + pairs["dst"].to_numpy())
+    s_arr, d_arr = s_arr[new].astype(np.int64), d_arr[new].astype(np.int64)
+    if not len(s_arr):
+        return empty_evidence_frame()
     end = ts + ev[S.DUR].to_numpy()
     return evidence_frame(
         s_arr,
