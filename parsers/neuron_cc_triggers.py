@@ -45,11 +45,16 @@ _ON_COMPLETE = re.compile(SEMAPHORE_NAME + r"\s*\+\+@complete")
 
 
 def trigger_collectives(
-    instr: pd.DataFrame | None, profile_end_ns: float, meta: S.RankMeta
+    instr: pd.DataFrame | None,
+    profile_end_ns: float,
+    meta: S.RankMeta,
+    spans: pd.DataFrame | None = None,
 ) -> pd.DataFrame | None:
     """``CcOp``-named rows for the collectives the instructions ``instr`` (Parquet field names,
     times in ns) trigger, None when no instruction names a ``ctype``. ``profile_end_ns``: the
-    profile's end (NaN when unknown). Counts go to ``meta`` (see the module)."""
+    profile's end (NaN when unknown). ``spans``: the CC cores' work per trigger where a
+    ``CcInstruction`` table records it (columns ``trigger_start_ts``, ``start``, ``end``): those
+    triggers' collectives take its times instead of inferred ones. Counts go to ``meta``."""
     if instr is None or not len(instr):
         return None
     text = _operand_text(instr)
@@ -71,6 +76,14 @@ def trigger_collectives(
     is_trigger[rows] = True
     completion, how = _completions(text, i_ts, i_end, is_trigger, rows, sem, profile_end_ns)
     begin = i_end[rows]
+    if spans is not None and len(spans):
+        # The CC cores' own rows: the op runs from the first core's start to the last one's end.
+        by_trigger = spans.drop_duplicates("trigger_start_ts").set_index("trigger_start_ts")
+        found = by_trigger.reindex(i_ts[rows])
+        have = found["end"].notna().to_numpy()
+        begin = np.where(have, np.fmax(found["start"].to_numpy(dtype=np.float64), begin), begin)
+        completion = np.where(have, found["end"].to_numpy(dtype=np.float64), completion)
+        how[have] = "cc_instruction"
     completion = np.maximum(completion, begin)
     engine = column(instr, "engine")
     out = pd.DataFrame(
@@ -85,6 +98,7 @@ def trigger_collectives(
             if engine is not None
             else None,
             "dtype": trig_text.str.extract(r"\bdtype=(?P<d>\w+)")["d"].to_numpy(dtype=object),
+            "replica_group": _pairs(trig_text),
         }
     )
     # The instance on its stream: the ordinal per group and stream in start order.
@@ -98,6 +112,8 @@ def trigger_collectives(
         .to_numpy()
     )
     meta.info["collectives_from_triggers"] = int(len(out))
+    if spans is not None:
+        meta.info["collective_times_from_cc_instructions"] = int((how == "cc_instruction").sum())
     meta.info["collective_completion_inferred"] = inferred = {
         k: int((how == k).sum()) for k in ("semaphore", "core_resumed", "profile_end", "unknown")
     }
@@ -122,6 +138,15 @@ def _field(text: pd.Series, name: str) -> np.ndarray:
     """The integer ``name=<n>`` of each text, NaN where absent."""
     found = text.str.extract(rf"\b{name}=(?P<v>-?\d+)")["v"]
     return pd.to_numeric(found, errors="coerce").to_numpy(dtype=np.float64)
+
+
+def _pairs(text: pd.Series) -> np.ndarray:
+    """Per trigger, its ``source_target_pairs={{1,2}}`` as a replica group ``[[1, 2]]`` (the
+    form CcOp rows give a permute's pair); None where it names none."""
+    found = text.str.extract(r"\bsource_target_pairs=\{(?P<p>(?:\{[\d,\s]*\},?\s*)+)\}")["p"]
+    lists = found.str.replace(r"\s+", "", regex=True).str.rstrip(",")
+    lists = lists.str.replace(",", ", ").str.replace("{", "[").str.replace("}", "]")
+    return ("[" + lists + "]").where(found.notna(), None).to_numpy(dtype=object)
 
 
 def _camel(ctype: str) -> str:

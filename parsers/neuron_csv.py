@@ -6,7 +6,9 @@ The UI exports ``Instruction.csv``, ``DmaPacketAggregated.csv``, ``DmaPacket.csv
 job is a directory of profile directories (ranks from their names, as for Parquet). The files
 are read column by column with Arrow and mapped exactly as the Parquet tables
 (:mod:`neuron_parquet`): instructions, DMA packets (duplicates removed, instruction-queue and
-tiny packets without bytes), no collectives (the export has no ``CcOp``) and no ``Flow`` edges.
+tiny packets without bytes) and semaphore updates; no ``Flow`` edges. The export has no ``CcOp``:
+collectives come from their trigger instructions and the CC cores' ``CcInstruction`` rows
+(:mod:`neuron_csv_cc`).
 """
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from tracediag.model import schema as S
 from tracediag.model.assembly import RankPart
 from tracediag.model.errors import TraceInputError
+from tracediag.parsers.neuron_csv_cc import csv_collectives
 from tracediag.parsers.neuron_csv_sniff import (  # noqa: F401 (the reader's declaration)
     DEFAULT_HARDWARE,
     FORMAT,
@@ -29,12 +34,26 @@ from tracediag.parsers.neuron_csv_sniff import (  # noqa: F401 (the reader's dec
     _is_export,
     sniff,
 )
-from tracediag.parsers.neuron_parquet import DMA_COLUMNS, INSTRUCTION_COLUMNS
+from tracediag.parsers.neuron_executions import (
+    IDENTITY_KEYS,
+    execution_edges,
+    pc_executions,
+    tiled,
+)
+from tracediag.parsers.neuron_parquet import DMA_COLUMNS, DTYPE_TEXT_COLUMNS, INSTRUCTION_COLUMNS
 from tracediag.parsers.neuron_parquet_dma import data_bytes, drop_duplicate_packets
-from tracediag.parsers.neuron_parquet_notes import dma_presence
+from tracediag.parsers.neuron_parquet_notes import dma_presence, steps_of
 from tracediag.parsers.neuron_parquet_profiles import select_job
 from tracediag.parsers.neuron_parquet_tables import _to_frame
 from tracediag.parsers.neuron_part import build_part
+from tracediag.parsers.neuron_semaphores import TEXT_COLUMNS as SEMAPHORE_TEXT
+from tracediag.parsers.neuron_semaphores import UPDATE_COLUMNS
+
+#: The ``CcInstruction`` fields read (neuron-parquet-fields.md).
+CC_INSTRUCTION_COLUMNS = (
+    "start_ts", "end_ts", "duration_ns", "core_idx", "description", "trigger_engine",
+    "trigger_start_ts",
+)  # fmt: skip
 
 
 def read(path: Path) -> list[RankPart]:
@@ -85,7 +104,7 @@ def read_csv_table(path: Path) -> pa.Table:
     return table.drop_columns([c for c in table.column_names if c == "_own_timeline_track"])
 
 
-def _frame(path: Path, table: str, columns: list[str], required: tuple[str, ...]):
+def _frame(path: Path, table: str, columns, required: tuple[str, ...]):
     f = path / f"{table}.csv"
     if not f.is_file():
         return None
@@ -96,10 +115,26 @@ def _frame(path: Path, table: str, columns: list[str], required: tuple[str, ...]
     return _to_frame(t.select([c for c in columns if c in t.column_names]))
 
 
+def _instructions(path: Path) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """The instructions as the Parquet reader has them, and their semaphore texts apart (row
+    for row), from one read of ``Instruction.csv``: ``operands`` always joined, the dtype text
+    columns only without ``adjusted_flops`` (as :func:`neuron_parquet._with_texts`)."""
+    texts = [*DTYPE_TEXT_COLUMNS, *SEMAPHORE_TEXT]
+    wanted = list(dict.fromkeys([*INSTRUCTION_COLUMNS, *IDENTITY_KEYS, *texts]))
+    frame = _frame(path, "Instruction", wanted, ("start_ts", "engine"))
+    if frame is None:
+        return None, None
+    apart = [c for c in SEMAPHORE_TEXT if c in frame]
+    base = frame.drop(columns=[c for c in texts if c in frame])
+    dtype_text = "adjusted_flops" not in base or base["adjusted_flops"].isna().all()
+    joined = [c for c in (DTYPE_TEXT_COLUMNS if dtype_text else ["operands"]) if c in frame]
+    return base.join(frame[joined]), frame[apart] if apart else None
+
+
 def _read_export(path: Path, rank: int, source: str) -> RankPart:
     meta = S.RankMeta(rank=rank, sources=[str(path)], format=FORMAT)
     meta.info["rank_source"] = source
-    instr = _frame(path, "Instruction", INSTRUCTION_COLUMNS, ("start_ts", "engine"))
+    instr, semaphore_texts = _instructions(path)
     table = "DmaPacket" if (path / "DmaPacket.csv").is_file() else "DmaPacketAggregated"
     dma = _frame(path, table, DMA_COLUMNS, ("start_ts",))
     dma = dma if dma is not None and len(dma) else None
@@ -108,10 +143,28 @@ def _read_export(path: Path, rank: int, source: str) -> RankPart:
         if table == "DmaPacketAggregated":
             dma["packet_aggregation_id"] = dma.get("id")
         dma["transfer_bytes"] = data_bytes(dma)
-    return build_part(
+    texts = (
+        instr
+        if semaphore_texts is None
+        else instr.drop(columns=[c for c in semaphore_texts if c in instr]).join(semaphore_texts)
+    )
+    cc_rows = _frame(path, "CcInstruction", CC_INSTRUCTION_COLUMNS, ("start_ts",))
+    cc = csv_collectives(cc_rows, texts if instr is not None else None, meta)
+    updates = _frame(path, "SemaphoreUpdate", UPDATE_COLUMNS, ("timestamp", "id"))
+    # No ExecutionInfo in the export: executions from the program counters, as for legacy JSON.
+    spans = pc_executions(instr, meta)
+    tables = {"instruction": instr, "dma": dma, "cc": cc}
+    part = build_part(
         meta,
         "",
-        {"instruction": instr, "dma": dma, "cc": None},
-        {"instruction": "Instruction", "dma": table, "cc": "CcOp"},
-        lambda _ids, _first: [],
+        tables,
+        {"instruction": "Instruction", "dma": table, "cc": "CcInstruction"},
+        lambda _ids, first: [
+            execution_edges(spans, {k: (t, first[k]) for k, t in tables.items() if t is not None})
+        ],
+        updates,
+        semaphore_texts,
     )
+    if spans is not None and len(part.events):
+        part.events[S.STEP] = steps_of(part.events[S.TS].to_numpy(dtype=np.int64), tiled(spans))
+    return part

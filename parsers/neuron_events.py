@@ -17,6 +17,8 @@ from tracediag.model import numeric_formats as dtypes
 from tracediag.model import schema as S
 from tracediag.model.assembly import TRACK_DEVICE, TRACK_ENGINE, TRACK_KIND_COL, TRACK_LABEL
 from tracediag.model.collective_ops import ONE_SIDED_OPS
+from tracediag.model.untriggered_receives import UNTRIGGERED_CORES as UNTRIGGERED
+from tracediag.model.untriggered_receives import untriggered_key
 from tracediag.parsers.neuron_common import (
     column,
     constant,
@@ -168,9 +170,11 @@ def cc_events(df: pd.DataFrame, device: str) -> pd.DataFrame:
     op_id, valid = ints(column(df, "op_id"), n)
     group = labels(column(df, "replica_group"), n)
     by_group = group.rename_categories(["cc group " + str(g) for g in group.categories])
-    track = fill_missing(
-        numbered("cc stream ", stream, svalid), fill_missing(by_group, "cc stream ?")
-    )
+    fallback = fill_missing(by_group, "cc stream ?")
+    cores = column(df, UNTRIGGERED)
+    if cores is not None:  # untriggered CC-core work (CSV export): the cores it ran on
+        fallback = fill_missing(labels(("cc cores " + cores).where(cores.notna()), n), fallback)
+    track = fill_missing(numbered("cc stream ", stream, svalid), fallback)
     return event_frame(
         df, "collective", fill_missing(labels(column(df, "operation"), n), "unknown"),
         track, constant("cc", n),
@@ -266,6 +270,10 @@ def cc_collectives(df: pd.DataFrame, first_row: int, rank: int, meta: S.RankMeta
     if gvalid.any():
         flat = flat + np.where(gvalid, "#" + group_id.astype(str).astype(object), "")
     key = flat + "|" + stream_text + "|" + pd.Series(op_id.astype(str), dtype=object)
+    cores = column(df, UNTRIGGERED)
+    if cores is not None:  # rank-local until assembly binds it to the transfer it received
+        mine = cores.notna().to_numpy()
+        key[mine] = untriggered_key(rank, cores[mine].astype(str).to_numpy(), op_id[mine])
     members = _members(groups, rank)
     _permute_sides(df, groups, rank, key, members)
     trigger = column(df, "trigger_start_ts")

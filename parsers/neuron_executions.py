@@ -8,8 +8,9 @@ core idles and the engines that run on both sides restart their ``pc`` (none car
 checks the count against ``profile_info.num_executions`` when the file has it. Where the ``pc``
 says nothing of it (absent, or numbering the profile's instructions across executions), the
 program starting over shows as each engine's first instruction after an idle core being the one
-it began the profile with (same opcode, operands and HLO name): a later part of one execution
-(the next layer after a wait on a DMA or a collective) begins with another instruction.
+it began the profile with (the same ``bir_id`` where the table has one, else the same opcode,
+operands and HLO name): a later part of one execution (the next layer after a wait on a DMA or
+a collective, the next microbatch running the same code) begins with another instruction.
 
 The runtime starts an execution after the previous one has completed (the host gap between
 them). Nothing in the profile records that: without an edge, the next execution's first
@@ -86,6 +87,8 @@ def _combined_codes(codes: list[np.ndarray]) -> np.ndarray:
 
 #: The instruction's text that names it in the program: equal text, the same instruction.
 TEXT_KEYS = ("opcode", "operands", "hlo_name")
+#: Fields naming an instruction of the program (the same in every execution of it).
+IDENTITY_KEYS = ("bir_id", "raw_bir_id")
 
 
 #: How many instructions in a row must be those an engine began the profile with (fewer at the
@@ -101,7 +104,11 @@ def _repeats_first(
     time (where either run is cut short by the engine's end, the part both have); None without
     such text. ``engine`` (:func:`_engine_codes`) and ``s`` (the starts): given when the caller
     has them already."""
-    cols = [c for c in TEXT_KEYS if c in instr]
+    # The program's own instruction id, where the table has it, tells a restart (the same
+    # instructions again) from a loop or the next microbatch (the same text, other instructions).
+    identity = [c for c in IDENTITY_KEYS if c in instr and instr[c].notna().any()]
+    cols = ["opcode", identity[0]] if identity and "opcode" in instr else None
+    cols = cols or [c for c in TEXT_KEYS if c in instr]
     if "opcode" not in cols or len(cols) < 2:
         return None
     engine = _engine_codes(instr) if engine is None else engine
@@ -298,6 +305,13 @@ def execution_edges(
     src = last_row[k_of - 1]
     has = src >= 0
     return pd.DataFrame({S.SRC: src[has], S.DST: dst[has], S.EDGE_KIND: "dependency"})
+
+
+def tiled(spans: Spans) -> Spans:
+    """Executions as tiles: each runs to the next one's start (its DMAs and collectives may end
+    in the host gap after its last instruction); the last to the profile's end."""
+    starts, _ends, steps = spans
+    return starts, np.r_[starts[1:] - 1, np.iinfo(np.int64).max], steps
 
 
 def execution_of(frame: pd.DataFrame, spans: Spans | None) -> pd.arrays.IntegerArray:

@@ -43,7 +43,7 @@ from tracediag.parsers import neuron_json_dma as json_dma
 from tracediag.parsers.neuron_cc_triggers import trigger_collectives
 from tracediag.parsers.neuron_common import column, device_of, ints, numeric_summary, rank_from_name
 from tracediag.parsers.neuron_errors import ERROR_COLUMNS, record_errors
-from tracediag.parsers.neuron_executions import execution_edges, pc_executions
+from tracediag.parsers.neuron_executions import execution_edges, pc_executions, tiled
 from tracediag.parsers.neuron_flow import EventIds
 from tracediag.parsers.neuron_json_sniff import (  # noqa: F401 (the reader's declaration)
     DEFAULT_HARDWARE,
@@ -184,7 +184,7 @@ def _legacy_part(doc: dict, path: Path, meta: S.RankMeta) -> RankPart:
         edges,
     )
     if spans is not None and len(part.events):
-        part.events[S.STEP] = steps_of(part.events[S.TS].to_numpy(dtype=np.int64), _tiled(spans))
+        part.events[S.STEP] = steps_of(part.events[S.TS].to_numpy(dtype=np.int64), tiled(spans))
     return part
 
 
@@ -193,13 +193,6 @@ def _profile_end_ns(metadata: dict, divisor: int) -> float:
     when the metadata does not give it."""
     last = pd.to_numeric(pd.Series([metadata.get("last_hw_timestamp")]), errors="coerce")[0]
     return float(last) / divisor if pd.notna(last) else float("nan")
-
-
-def _tiled(spans):
-    """Executions as tiles: each runs to the next one's start (its DMAs and collectives may end
-    in the host gap after its last instruction); the last to the profile's end."""
-    starts, _ends, steps = spans
-    return starts, np.r_[starts[1:] - 1, np.iinfo(np.int64).max], steps
 
 
 def _side_tables(doc: dict, metadata: dict, meta: S.RankMeta, divisor: int) -> None:

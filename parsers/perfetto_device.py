@@ -47,7 +47,7 @@ from tracediag.model import schema as S
 from tracediag.model.assembly import TRACK_ENGINE, TRACK_LABEL
 from tracediag.parsers import neuron_json_dma as json_dma
 from tracediag.parsers.neuron_events import trigger_edges as collective_trigger_edges
-from tracediag.parsers.neuron_executions import execution_edges, pc_executions
+from tracediag.parsers.neuron_executions import execution_edges, pc_executions, tiled
 from tracediag.parsers.neuron_parquet_notes import steps_of
 from tracediag.parsers.perfetto_annotations import last_numbers, last_values
 from tracediag.parsers.perfetto_rows import ROW_SUFFIX
@@ -127,9 +127,7 @@ def inferred_edges(
             located = {"instruction": (by_row, 0), "dma": (dma_rows, len(instr))}
             located["cc"] = (cc, len(instr) + len(dma_all)) if len(cc) else None
             frames.append(_global(execution_edges(spans, located), rows))
-            starts, _ends, steps = spans  # each execution runs to the next one's start
-            tiles = (starts, np.r_[starts[1:] - 1, np.iinfo(np.int64).max], steps)
-            step[rows] = steps_of(events[S.TS].to_numpy(dtype=np.int64)[rows], tiles)
+            step[rows] = steps_of(events[S.TS].to_numpy(dtype=np.int64)[rows], tiled(spans))
         info[int(r)] = meta.info
     if np.isfinite(step).any():
         events[S.STEP] = step

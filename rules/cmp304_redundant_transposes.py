@@ -21,8 +21,8 @@ class RedundantTransposes(Rule):
     doc = {
         "what it finds": "Transposes on the tensor engine (instructions with transpose FLOPs, "
         "`tensor_instruction_type` TRANSPOSE) that repeat an earlier one of the same step: the "
-        "same source address and tile shape (from `operands`) holding the same data (the same "
-        "producing instruction or DMA), and pairs where the second transpose undoes the first "
+        "same engine, layer, source address and tile shape (from `operands`) holding the "
+        "same data (the same producing instruction or DMA), and pairs where the second transpose undoes the first "
         "(it reads what the first wrote and writes back where the first read). Grouped by "
         "source line; the what-if replays the step without them and without the copies of "
         "their results out of PSUM (instructions off the tensor engine whose only recorded "
@@ -68,9 +68,14 @@ class RedundantTransposes(Rule):
                 "dst": _column(ev, S.DST_ADDRESS)[ids],
                 "shape": _shape_code(ev, ids),
                 "producer": _producers(ctx.trace, ids),
+                # SBUF addresses are reused by every layer, and each physical core (track)
+                # has its own: one layer on one engine reading one address is what says two
+                # transposes without a recorded producer read the same data.
+                "track": ev[S.TRACK].to_numpy()[ids],
+                "layer": _layer_codes(ev, ids),
             }
         ).sort_values(["ts", "event"], kind="stable")
-        same = ["rank", "step", "src", "shape", "producer"]
+        same = ["rank", "track", "step", "layer", "src", "shape", "producer"]
         repeat = t.groupby(same, dropna=False).cumcount().to_numpy() > 0
         undone = _undone(t)
         t["why"] = np.where(repeat, "repeat", np.where(undone, "undone", ""))
@@ -133,6 +138,16 @@ def _column(ev, name):
     if name not in ev:
         return np.full(len(ev), np.nan)
     return ev[name].to_numpy(dtype=np.float64)
+
+
+def _layer_codes(ev, ids):
+    """Per transpose, a code of its layer, -1 where it has none."""
+    import numpy as np
+    import pandas as pd
+
+    if S.LAYER not in ev:
+        return np.full(len(ids), -1, dtype=np.int64)
+    return pd.factorize(ev[S.LAYER].iloc[ids], use_na_sentinel=True)[0].astype(np.int64)
 
 
 def _shape_code(ev, ids):

@@ -15,6 +15,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from tracediag.model import schema as S
+from tracediag.model.untriggered_receives import bind_untriggered
 
 #: Extra columns a part's events carry to describe their track.
 TRACK_LABEL = "track_label"
@@ -163,6 +164,7 @@ def assemble(parts: list[RankPart], inputs: list[S.InputFile] | None = None) -> 
         for col, dtype in S.COLLECTIVE_COLUMNS.items():
             if col not in coll and col != S.COLL_KEY:
                 coll[col] = _default(dtype, len(coll))
+        coll = bind_untriggered(coll, {p.meta.rank: p.meta for p in parts})
         coll = _number_collectives(coll)
         coll = coll[list(S.COLLECTIVE_COLUMNS)]
     else:
