@@ -270,11 +270,11 @@ def cc_collectives(df: pd.DataFrame, first_row: int, rank: int, meta: S.RankMeta
     if gvalid.any():
         flat = flat + np.where(gvalid, "#" + group_id.astype(str).astype(object), "")
     key = flat + "|" + stream_text + "|" + pd.Series(op_id.astype(str), dtype=object)
+    members = _members(groups, rank)
     cores = column(df, UNTRIGGERED)
     if cores is not None:  # rank-local until assembly binds it to the transfer it received
         mine = cores.notna().to_numpy()
         key[mine] = untriggered_key(rank, cores[mine].astype(str).to_numpy(), op_id[mine])
-    members = _members(groups, rank)
     _permute_sides(df, groups, rank, key, members)
     trigger = column(df, "trigger_start_ts")
     return pd.DataFrame(

@@ -3,7 +3,8 @@
 
 A CcOp's ``replica_group`` can be empty (``Replica group: []`` in the UI) while other ops of
 the same CC stream name it; ops of one stream serve one group, so an empty group takes the
-group its stream's other ops name (the stream by ``stream_id``, unique within the profile;
+group its stream's other ops name (without a stream, as in legacy JSON ``cc_ops``, the group
+the rank's other ops of the same operation and sizes name) (the stream by ``stream_id``, unique within the profile;
 ``stream_index`` is relative to the execution). An empty group no op of its stream names stays
 empty and is counted: such an op is matched across ranks by stream and op id alone.
 """
@@ -34,6 +35,10 @@ def fill_empty_groups(cc: pd.DataFrame, meta: S.RankMeta) -> pd.DataFrame:
         return cc
     # stream_id is unique within the profile (stream_index repeats in every execution).
     stream, valid = ints(column(cc, "stream_id"), len(cc))
+    if not valid.any():
+        # No stream (legacy JSON cc_ops): the ops of one kind and size (the same collective of
+        # the program each time it runs) stand for the stream.
+        stream, valid = _kinds(cc), np.ones(len(cc), dtype=bool)
     text = groups.astype("string")
     named = pd.Series(text[~empty & valid].to_numpy(), index=stream[~empty & valid])
     # The group most of the stream's ops name (a handful of streams).
@@ -51,6 +56,15 @@ def fill_empty_groups(cc: pd.DataFrame, meta: S.RankMeta) -> pd.DataFrame:
         "CcOp: empty replica group, no op of its stream names one", int((empty & ~filled).sum())
     )
     return cc
+
+
+def _kinds(cc: pd.DataFrame) -> np.ndarray:
+    """A code per (operation, input_size, output_size) of each row."""
+    parts = [column(cc, c) for c in ("operation", "input_size", "output_size")]
+    frame = pd.DataFrame({i: p.astype(str) for i, p in enumerate(parts) if p is not None})
+    if frame.empty:
+        return np.zeros(len(cc), dtype=np.int64)
+    return frame.groupby(list(frame.columns), sort=False).ngroup().to_numpy(dtype=np.int64)
 
 
 def stream_indices(

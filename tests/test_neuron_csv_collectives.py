@@ -85,9 +85,13 @@ def test_straggler_from_the_csv_export(tmp_path):
     assert abs(f.saving_ns - fault["saving_total_ns"]) <= TOLERANCE * fault["saving_total_ns"]
 
 
+@pytest.mark.parametrize("fmt", ["csv", "parquet", "json"])
 @pytest.mark.parametrize("name", ["clean", "lnc2", "session_capture", "duplicate_dma_packets"])
-def test_clean_csv_export_has_nothing_to_flag(tmp_path, name):
-    paths, truth = _write(tmp_path, name)
+def test_clean_jobs_have_nothing_to_flag_in_any_format(tmp_path, name, fmt):
+    """The writer's clean jobs (``expected_clean``), as each format: nothing at warning. The
+    ``lnc2`` job's transposes read one address in four layers on two cores: not repeats."""
+    truth = write_scenario(name, tmp_path, formats=(fmt,))
+    paths = [tmp_path / p for p in truth["files"][fmt].values()]
     assert truth["expected_clean"]
     d = diagnose(load(paths, cache=False))
     assert [f.code for f in d.findings if f.severity >= Severity.WARNING] == []

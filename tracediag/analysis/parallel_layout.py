@@ -380,6 +380,13 @@ def infer_layout(trace: S.Trace) -> Layout:
             given += ": groups the trace does not list are incomplete and not used"
         notes.append(given)
         rows = rows[listed]
+    else:
+        # An op shown with an empty group (Neuron's "Replica group: []" on every rank) while
+        # others list theirs has unknown members, not "every rank that ran it".
+        empty = (coll[S.GROUP].astype(str) == "[]").to_numpy()
+        if empty.any() and _lists_members(coll).any():
+            notes.append(f"{int(empty.sum())} collective rows show an empty group: not used")
+            rows = rows[~empty]
     is_p2p = rows["op"].isin(P2P_OPS).to_numpy()
     # Kineto names a Send/Recv by the whole pipeline group: the pair is its two participants.
     p2p = rows[is_p2p]
