@@ -17,6 +17,7 @@ from tracediag.model import numeric_formats as dtypes
 from tracediag.model import schema as S
 from tracediag.model.assembly import TRACK_DEVICE, TRACK_ENGINE, TRACK_KIND_COL, TRACK_LABEL
 from tracediag.model.collective_ops import ONE_SIDED_OPS
+from tracediag.model.replica_groups import GROUPS_INFERRED, INFERRED_MARK
 from tracediag.model.untriggered_receives import UNTRIGGERED_CORES as UNTRIGGERED
 from tracediag.model.untriggered_receives import untriggered_key
 from tracediag.parsers.neuron_common import (
@@ -266,6 +267,9 @@ def cc_collectives(df: pd.DataFrame, first_row: int, rank: int, meta: S.RankMeta
         op_id = np.where(ovalid, op_id, ordinal)
         meta.info["collective_seq_from_ordinal"] = int((~ovalid).sum())
     flat = pd.Series(groups, dtype=object).str.replace(r"\s+", "", regex=True)
+    inferred = column(df, GROUPS_INFERRED)
+    if inferred is not None:  # groups taken from the stream: marked, so others' can win
+        flat = flat.where(~inferred.fillna(False).to_numpy(dtype=bool), INFERRED_MARK + flat)
     group_id, gvalid = ints(column(df, "group_id"), n)  # a trigger's group (no member list)
     if gvalid.any():
         flat = flat + np.where(gvalid, "#" + group_id.astype(str).astype(object), "")

@@ -2,11 +2,13 @@
 ``stream_index`` of ops whose row lacks it (from ``CcStream``).
 
 A CcOp's ``replica_group`` can be empty (``Replica group: []`` in the UI) while other ops of
-the same CC stream name it; ops of one stream serve one group, so an empty group takes the
-group its stream's other ops name (without a stream, as in legacy JSON ``cc_ops``, the group
-the rank's other ops of the same operation and sizes name) (the stream by ``stream_id``, unique within the profile;
-``stream_index`` is relative to the execution). An empty group no op of its stream names stays
-empty and is counted: such an op is matched across ranks by stream and op id alone.
+the rank name theirs. An empty group takes the group the rank's ops of the same kind (operation
+and sizes) on the same stream name: the same collective of the program (without a stream, as in
+legacy JSON ``cc_ops``, of the same kind alone). Else it takes the group its stream's other ops
+name, marked as inferred: a stream can serve ops of several groups, and assembly prefers the
+groups other ranks state for the op (:mod:`tracediag.model.replica_groups`). The stream is
+``stream_id``, unique within the profile (``stream_index`` is relative to the execution). An
+empty group nothing names stays empty and is counted.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from tracediag.model import schema as S
+from tracediag.model.replica_groups import GROUPS_INFERRED
 from tracediag.parsers.neuron_common import column, ints
 
 
@@ -26,7 +29,7 @@ def _is_empty(groups: pd.Series) -> np.ndarray:
 
 
 def fill_empty_groups(cc: pd.DataFrame, meta: S.RankMeta) -> pd.DataFrame:
-    """``cc`` with empty replica groups filled from their stream's other ops (see module)."""
+    """``cc`` with empty replica groups filled from the rank's other ops (see module)."""
     groups = column(cc, "replica_group")
     if groups is None or not len(cc):
         return cc
@@ -35,27 +38,40 @@ def fill_empty_groups(cc: pd.DataFrame, meta: S.RankMeta) -> pd.DataFrame:
         return cc
     # stream_id is unique within the profile (stream_index repeats in every execution).
     stream, valid = ints(column(cc, "stream_id"), len(cc))
-    if not valid.any():
-        # No stream (legacy JSON cc_ops): the ops of one kind and size (the same collective of
-        # the program each time it runs) stand for the stream.
-        stream, valid = _kinds(cc), np.ones(len(cc), dtype=bool)
+    kind = _kinds(cc)
     text = groups.astype("string")
-    named = pd.Series(text[~empty & valid].to_numpy(), index=stream[~empty & valid])
-    # The group most of the stream's ops name (a handful of streams).
-    common = (
-        named.groupby(level=0).agg(lambda g: g.value_counts().index[0]) if len(named) else named
-    )
-    fill = pd.Series(stream).map(common).to_numpy(dtype=object)
-    filled = empty & valid & pd.notna(fill)
+    # First from the ops of the same kind (operation and sizes) on the stream: the same
+    # collective of the program; then from the stream's other ops, which may serve another
+    # group (marked as inferred: assembly prefers the groups other ranks state).
+    by_kind = np.where(valid, stream, -1) * (int(kind.max()) + 1) + kind
+    fill, filled_kind = _fill_from(text, empty, by_kind)
+    fill_stream, filled_stream = _fill_from(text, empty & ~filled_kind & valid, stream)
+    fill[filled_stream] = fill_stream[filled_stream]
+    filled = filled_kind | filled_stream
     out = text.to_numpy(dtype=object)
     out[filled] = fill[filled]
     cc = cc.copy()
     cc["replica_group"] = pd.Categorical(out)
+    cc[GROUPS_INFERRED] = filled_stream
     meta.count("CcOp: empty replica group taken from its stream's other ops", int(filled.sum()))
     meta.count(
         "CcOp: empty replica group, no op of its stream names one", int((empty & ~filled).sum())
     )
     return cc
+
+
+def _fill_from(text: pd.Series, empty: np.ndarray, key: np.ndarray):
+    """Per row: the group most rows of its ``key`` name (None where none does), and where an
+    ``empty`` row takes one."""
+    named = pd.Series(
+        text[~empty & ~_is_empty(text)].to_numpy(), index=key[~empty & ~_is_empty(text)]
+    )
+    named = named[named.notna()]
+    common = (
+        named.groupby(level=0).agg(lambda g: g.value_counts().index[0]) if len(named) else named
+    )
+    fill = pd.Series(key).map(common).to_numpy(dtype=object)
+    return fill, empty & pd.notna(fill)
 
 
 def _kinds(cc: pd.DataFrame) -> np.ndarray:

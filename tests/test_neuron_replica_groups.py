@@ -1,6 +1,7 @@
 """Replica groups of Neuron collectives, on the clean-room writer's tp=2 x dp=2 job with
 sequence parallelism (tests/cleanroom/neuron_device_writer.py, ``tp_sequence_parallel``): every
-op shown with ``Replica group: []`` takes the group its stream's (or, without streams, its
+op runs once per replica group ([[0, 1], [2, 3]] is two instances, not one of four ranks), and
+an op shown with ``Replica group: []`` takes the group its stream's (or, without streams, its
 kind's) other ops name. Truth: the writer's groups and its re-simulated saving."""
 
 from __future__ import annotations
@@ -24,24 +25,23 @@ def job(request, tmp_path_factory):
     return request.param, load(paths, cache=False), truth
 
 
-def test_an_empty_group_takes_the_group_its_kind_names(job):
-    """Without streams (legacy JSON ``cc_ops``) an op shown as ``[]`` takes the group the
-    rank's other ops of the same operation and sizes name; the one op no row of its kind names
-    (the ZeRO-1 gradient ReduceScatter) stays unnamed on every rank and is left out of the
-    layout."""
-    fmt, trace, _ = job
+def test_each_replica_group_runs_its_own_instance(job):
+    """An op over [[0, 1], [2, 3]] is two instances, not one of four ranks; a rank showing
+    ``[]`` takes the groups the other ranks state for the op, or its same-kind ops name. The
+    one op no rank names groups for and no same-kind op explains (the ZeRO-1 gradient
+    ReduceScatter, ``[]`` on every rank) stays one instance of all four."""
+    _, trace, truth = job
     co = trace.collectives
-    unnamed = co.loc[co[S.GROUP].astype(str) == "[]"]
-    if fmt == "json":
-        assert sorted(unnamed[S.RANK]) == [0, 1, 2, 3]
-        assert unnamed[S.COLL_KEY].nunique() == 1
-        filled = {
-            r: m.repairs.get("CcOp: empty replica group taken from its stream's other ops")
-            for r, m in trace.meta.items()
-        }
-        assert all(n and n > 0 for n in filled.values())
-    else:
-        assert not len(unnamed)
+    members = co.groupby(S.COLL_KEY)[S.RANK].agg(lambda r: tuple(sorted(r)))
+    tp = {tuple(g) for g in truth["layout"]["tp_groups"]}
+    dp = {tuple(g) for g in truth["layout"]["dp_groups"]}
+    assert tp == {(0, 1), (2, 3)} and dp == {(0, 2), (1, 3)}
+    whole = members[members == (0, 1, 2, 3)].index
+    assert len(whole) == 1
+    assert set(co.loc[co[S.COLL_KEY].isin(whole), S.COLL_OP]) == {"ReduceScatter"}
+    assert set(members.drop(whole)) == tp | dp
+    ops = [op for op in truth["collectives"]["ops"] if len(op["ranks"]) == 2]
+    assert len(members.drop(whole)) == len(ops) - 2  # the whole one is two ops of the truth
 
 
 def test_layout_and_exposed_tp_saving(job):

@@ -15,6 +15,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from tracediag.model import schema as S
+from tracediag.model.replica_groups import split_by_replica_group
 from tracediag.model.untriggered_receives import bind_untriggered
 
 #: Extra columns a part's events carry to describe their track.
@@ -165,6 +166,7 @@ def assemble(parts: list[RankPart], inputs: list[S.InputFile] | None = None) -> 
             if col not in coll and col != S.COLL_KEY:
                 coll[col] = _default(dtype, len(coll))
         coll = bind_untriggered(coll, {p.meta.rank: p.meta for p in parts})
+        coll = split_by_replica_group(coll)
         coll = _number_collectives(coll)
         coll = coll[list(S.COLLECTIVE_COLUMNS)]
     else:
