@@ -63,7 +63,7 @@ from tracediag.parsers.neuron_json_tables import (
 from tracediag.parsers.neuron_kernel_fields import tensor_sizes
 from tracediag.parsers.neuron_parquet import TENSOR_COLUMNS, io_tensor_bytes
 from tracediag.parsers.neuron_parquet_cc import fill_empty_groups
-from tracediag.parsers.neuron_parquet_notes import steps_of
+from tracediag.parsers.neuron_parquet_notes import dma_presence, steps_of
 from tracediag.parsers.neuron_part import build_part, empty_part
 
 LEGACY_TABLES = ("instruction", "dma", "summary")
@@ -165,6 +165,9 @@ def _legacy_part(doc: dict, path: Path, meta: S.RankMeta) -> RankPart:
         cc = trigger_collectives(instr, _profile_end_ns(metadata, divisor), meta)
     else:
         cc = fill_empty_groups(cc, meta)
+    dma_presence(None if dma is None else len(dma), meta, ("dma", "dma"))
+    if dma is not None and not len(dma):
+        dma = None
     if dma is not None:
         dma = json_dma.add_transfers(dma, meta)
     record_errors(_error_table(doc, path), meta, divisor)

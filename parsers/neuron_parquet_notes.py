@@ -51,16 +51,21 @@ def profiler_warnings(warnings: pd.DataFrame | None, meta: S.RankMeta) -> None:
         )
 
 
-def dma_presence(rows: int | None, meta: S.RankMeta) -> str:
+def dma_presence(
+    rows: int | None,
+    meta: S.RankMeta,
+    names: tuple[str, str] = ("DmaPacket", "DmaPacketAggregated"),
+) -> str:
     """``present``, ``empty`` (``rows`` 0) or ``absent`` (``rows`` None: no DMA table file);
-    a note unless present."""
+    a note unless present. ``names``: the format's DMA tables (one name: one table)."""
     state = "absent" if rows is None else "present" if rows else "empty"
     meta.info["dma_tables"] = state
     if state != "present":
+        one = len(set(names)) == 1
         what = (
-            "no DmaPacket or DmaPacketAggregated table"
+            f"no {' or '.join(dict.fromkeys(names))} table"
             if state == "absent"
-            else ("DmaPacket and DmaPacketAggregated tables without rows")
+            else f"{' and '.join(dict.fromkeys(names))} table{'' if one else 's'} without rows"
         )
         add_note(
             meta,

@@ -27,7 +27,8 @@ class ProfilerWarnings(Rule):
         "compiled model (a model is not a rank); a Kineto trace that is a sampled subset of "
         "what the profiler recorded (its operators' `External id`s skip most numbers), whose "
         "gaps hold missing events. One finding per distinct note, with the ranks "
-        "it concerns. (Where the hardware peaks came from, the profile's `Metadata` or the "
+        "it concerns; a capture without DMA transfers is one finding at info, with the "
+        "profiler's own warning about it, since every other finding stands. (Where the hardware peaks came from, the profile's `Metadata` or the "
         "built-in table, is in the report's ranks, `hardware_peaks`.)",
         "why it matters": "A diagnosis is only as good as the capture: without DGE notifications "
         "no DMA transfer is seen, so a DMA-bound kernel looks compute-bound and no DMA rule can "
@@ -49,6 +50,10 @@ class ProfilerWarnings(Rule):
             for note in meta.info.get("profile_notes", []) or []:
                 key = (note.get("kind", ""), note.get("severity", "warning"), note["message"])
                 notes.setdefault(key, []).append(int(rank))
+        dma = {k: v for k, v in notes.items() if _about_missing_dma(k)}
+        if any(k[0] == DMA_MISSING for k in dma):
+            yield _missing_dma(self, ctx, dma)
+            notes = {k: v for k, v in notes.items() if k not in dma}
         for (kind, severity, message), ranks in notes.items():
             yield ctx.finding(
                 self,
@@ -60,9 +65,44 @@ class ProfilerWarnings(Rule):
             )
 
 
+DMA_MISSING = "dma tables missing"
+
+
+def _about_missing_dma(key: tuple[str, str, str]) -> bool:
+    """The reader's note that DMA tables are absent or empty, or the profiler's own warning
+    that DGE notifications were not collected (the same cause, said twice)."""
+    kind, _, message = key
+    return kind == DMA_MISSING or (kind == "profiler warning" and "DGE" in message)
+
+
+def _missing_dma(rule, ctx, notes: dict[tuple[str, str, str], list[int]]):
+    """One finding for a capture without DMA transfers, at info: the rest of the analysis
+    stands; the DMA rules could not run on those ranks, which the finding names."""
+    ours = {k: v for k, v in notes.items() if k[0] == DMA_MISSING}
+    ranks = sorted({r for v in ours.values() for r in v})
+    per_state = "; ".join(
+        f"{_ranks_txt(v).lower()}: {message.split(':', 1)[0]}"
+        for (_, _, message), v in ours.items()
+    )
+    said = [f"'{m}'" for (k, _, m) in notes if k != DMA_MISSING]
+    profiler = f" The profile says so too: {'; '.join(said)}" if said else ""
+    return ctx.finding(
+        rule,
+        severity=Severity.INFO,
+        message=(
+            f"{_ranks_txt(ranks)}: no DMA transfers recorded ({per_state}): the capture had no "
+            "DGE notifications. Unavailable on these ranks: DMA101, DMA102, DMA103, DMA "
+            f"what-ifs, DMA efficiency per transfer; every other finding stands.{profiler}"
+        ),
+        ranks=tuple(ranks),
+        suggestion=_SUGGESTION[DMA_MISSING],
+        evidence={"kind": DMA_MISSING, "notes": [m for (_, _, m) in notes]},
+    )
+
+
 _SUGGESTION = {
     "profiler warning": "Address the profiler's warning and recapture.",
-    "dma tables missing": "Recapture with NEURON_RT_ENABLE_DGE_NOTIFICATIONS=1.",
+    DMA_MISSING: "Recapture with NEURON_RT_ENABLE_DGE_NOTIFICATIONS=1.",
     "unknown schema version": "Process the capture with a neuron-explorer this tool knows.",
     "profiles skipped": "Pass a skipped profile's folder alone to analyse it.",
     "sampled trace": "Analyse the whole trace the profiler wrote, not a sampled or filtered copy.",

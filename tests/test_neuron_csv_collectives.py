@@ -86,7 +86,9 @@ def test_straggler_from_the_csv_export(tmp_path):
 
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet", "json"])
-@pytest.mark.parametrize("name", ["clean", "lnc2", "session_capture", "duplicate_dma_packets"])
+@pytest.mark.parametrize(
+    "name", ["clean", "lnc2", "session_capture", "duplicate_dma_packets", "no_dma_tables"]
+)
 def test_clean_jobs_have_nothing_to_flag_in_any_format(tmp_path, name, fmt):
     """The writer's clean jobs (``expected_clean``), as each format: nothing at warning. The
     ``lnc2`` job's transposes read one address in four layers on two cores: not repeats."""
