@@ -115,12 +115,28 @@ def _frame(path: Path, table: str, columns, required: tuple[str, ...]):
     return _to_frame(t.select([c for c in columns if c in t.column_names]))
 
 
+#: Instruction byte counts whose sums stand for the ``Summary`` fields of the same name (the
+#: export has no Summary table; the Parquet Summary's are those sums).
+SUMMED = ("hbm_read_bytes", "hbm_write_bytes", "spill_reload_bytes", "spill_save_bytes")
+
+
+def _summary_from(instr: pd.DataFrame) -> dict[str, float]:
+    """The Summary byte totals the instructions' own columns give."""
+    out = {}
+    for c in SUMMED:
+        if c in instr:
+            values = pd.to_numeric(instr[c], errors="coerce")
+            if values.notna().any():
+                out[c] = float(values.sum())
+    return out
+
+
 def _instructions(path: Path) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
     """The instructions as the Parquet reader has them, and their semaphore texts apart (row
     for row), from one read of ``Instruction.csv``: ``operands`` always joined, the dtype text
     columns only without ``adjusted_flops`` (as :func:`neuron_parquet._with_texts`)."""
     texts = [*DTYPE_TEXT_COLUMNS, *SEMAPHORE_TEXT]
-    wanted = list(dict.fromkeys([*INSTRUCTION_COLUMNS, *IDENTITY_KEYS, *texts]))
+    wanted = list(dict.fromkeys([*INSTRUCTION_COLUMNS, *IDENTITY_KEYS, *SUMMED, *texts]))
     frame = _frame(path, "Instruction", wanted, ("start_ts", "engine"))
     if frame is None:
         return None, None
@@ -135,6 +151,11 @@ def _read_export(path: Path, rank: int, source: str) -> RankPart:
     meta = S.RankMeta(rank=rank, sources=[str(path)], format=FORMAT)
     meta.info["rank_source"] = source
     instr, semaphore_texts = _instructions(path)
+    if instr is not None:
+        meta.summary = _summary_from(instr)
+        instr = instr.drop(
+            columns=[c for c in SUMMED if c in instr and c not in INSTRUCTION_COLUMNS]
+        )
     table = "DmaPacket" if (path / "DmaPacket.csv").is_file() else "DmaPacketAggregated"
     dma = _frame(path, table, DMA_COLUMNS, ("start_ts",))
     dma = dma if dma is not None and len(dma) else None

@@ -147,3 +147,15 @@ def test_receives_no_sender_accounts_for_stay_unbound_and_counted():
     assert out[S.MATCH_KEY].str.startswith("untriggered|").sum() == 2
     assert metas[1].info["untriggered_instances_bound"] == 0
     assert metas[1].repairs["collectives: untriggered CC-core work bound to no sender"] == 2
+
+
+def test_spill_reloads_from_the_instruction_rows(pipeline):
+    """The export has no Summary: NUM703's byte totals are the Instruction rows' own sums (what
+    the Parquet Summary holds), read here with pandas."""
+    trace, _ = pipeline
+    (f,) = [f for f in diagnose(trace).findings if f.code == "NUM703"]
+    for r in trace.ranks:
+        rows = pd.read_csv(f"{trace.meta[r].sources[0]}/Instruction.csv")
+        mine = f.evidence["by_rank"][str(r)]
+        assert mine["spill_reload_bytes"] == rows["spill_reload_bytes"].sum() > 0
+        assert mine["hbm_read_bytes"] == rows["hbm_read_bytes"].sum()
