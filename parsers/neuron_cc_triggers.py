@@ -20,8 +20,8 @@ collective row with the Parquet ``CcOp`` field names:
   collective holds the next step: the core resumes once it completed, so this is an upper
   bound); ``profile_end``: where no instruction follows, the profile's end
   (``last_hw_timestamp``); ``unknown``: none of these, the op ends where it starts;
-- instances matched across ranks by ``group_id``, ``stream_id`` and their order on the stream
-  (``op_id``: the ordinal, as for ``cc_ops`` rows without one). No byte count is stated.
+- instances matched across ranks by ``stream_id``, their order on the stream (``op_id``: the
+  ordinal, as for ``cc_ops`` rows without one) and ``group_id``. No byte count is stated.
 
 ``info["collectives_from_triggers"]`` says how many collectives came from triggers, and the
 rank's repair counts (listed in the report) how many completions were inferred in each way, so
@@ -101,12 +101,17 @@ def trigger_collectives(
             "replica_group": _pairs(trig_text),
         }
     )
-    # The instance on its stream: the ordinal per group and stream in start order.
-    key = pd.DataFrame({"g": out["group_id"].fillna(-1), "s": out["stream_id"].fillna(-1)})
+    # The op on its stream: the ordinal on the stream in start order, whatever its group. Every
+    # rank runs the same program, so the k-th op of a stream is one op on all of them; its
+    # group_id (in the key too) then tells which group's instance a rank ran, where group ids
+    # number a family's groups ({0, 1} is 0 and {2, 3} is 1 for the tensor-parallel ops, {0, 2}
+    # is 0 again for the data-parallel ones): an ordinal per group would count the two
+    # families' ops together on some ranks and apart on others.
+    key = pd.DataFrame({"s": out["stream_id"].fillna(-1)})
     out["op_id"] = (
         key.assign(t=out["start_ts"])
         .sort_values("t", kind="stable")
-        .groupby(["g", "s"])
+        .groupby("s")
         .cumcount()
         .sort_index()
         .to_numpy()
