@@ -127,6 +127,28 @@ def trigger_collectives(
     return out
 
 
+def trigger_times(instr: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The trigger instructions of ``instr``: ``trigger_start_ts``, ``trigger_end`` and
+    ``stream_id`` (NaN where the operands name none); None without any."""
+    if instr is None or not len(instr):
+        return None
+    text = _operand_text(instr)
+    rows = np.flatnonzero(text.str.extract(_CTYPE)["ctype"].notna().to_numpy())
+    if not len(rows):
+        return None
+    start, dur = times(instr)
+    s = start.to_numpy(dtype=np.float64, na_value=np.nan)[rows]
+    e = s + dur.to_numpy(dtype=np.float64, na_value=np.nan)[rows]
+    keep = np.isfinite(e)
+    return pd.DataFrame(
+        {
+            "trigger_start_ts": s[keep].astype(np.int64),
+            "trigger_end": e[keep].astype(np.int64),
+            "stream_id": _field(text.iloc[rows], "stream_id")[keep],
+        }
+    )
+
+
 def _operand_text(instr: pd.DataFrame) -> pd.Series:
     """Per instruction, its operand texts joined (a trigger's fields may be in any)."""
     parts = [column(instr, c) for c in TEXT_COLUMNS]

@@ -12,7 +12,9 @@ The export keeps two records of a collective (neuron-real-output.md, "CSV export
 
 CC-core rows without a trigger are work this rank did not issue: the receiving side of a
 transfer another rank triggered (a ``CollectivePermute`` target has no trigger instruction).
-Overlapping rows on distinct cores are one such instance. Their rows name no operation and no
+The cores of one CC stream work together, and their k-th rows are one instance. Where the rows
+do not name their trigger at all (``trigger_start_ts`` is optional), a stream's triggers bind to
+a core set's instances by order where that is unambiguous. Their rows name no operation and no
 peer, so they are marked untriggered (``untriggered_cores``): assembly binds each to the sender's
 transfer it received (:mod:`tracediag.model.untriggered_receives`).
 """
@@ -24,7 +26,7 @@ import pandas as pd
 
 from tracediag.model import schema as S
 from tracediag.model.untriggered_receives import UNTRIGGERED_CORES as UNTRIGGERED
-from tracediag.parsers.neuron_cc_triggers import trigger_collectives
+from tracediag.parsers.neuron_cc_triggers import trigger_collectives, trigger_times
 from tracediag.parsers.neuron_common import column, ints
 
 
@@ -47,6 +49,18 @@ def csv_collectives(
     ok = svalid & evalid & (end >= start)
     meta.count("CcInstruction: rows without a start or end", int((~ok).sum()))
     rows = pd.DataFrame({"trigger_start_ts": trig, "start": start, "end": end, "core": core})
+    if (ok & ~tvalid).any():
+        # Rows that do not name their trigger (the field is optional): bound to the trigger
+        # instructions of a stream by order where that is unambiguous.
+        found = _triggers_by_order(rows, ok, tvalid, trigger_times(instr))
+        if len(found):
+            rows.loc[found.index, "trigger_start_ts"] = found.to_numpy()
+            tvalid = tvalid.copy()
+            tvalid[found.index.to_numpy()] = True
+            meta.count(
+                "CcInstruction: rows without trigger_start_ts bound to their trigger by order",
+                len(found),
+            )
     spans = (
         rows[ok & tvalid]
         .groupby("trigger_start_ts", as_index=False)
@@ -76,23 +90,80 @@ def _orphans(spans: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _untriggered_instances(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per instance of untriggered CC-core work: rows that overlap in time, each core
-    once (a core that appears again starts the next instance)."""
-    if not len(rows):
-        return pd.DataFrame()
-    rows = rows.sort_values(["start", "core"], kind="stable")
-    s, e, c = (rows[k].to_numpy() for k in ("start", "end", "core"))
-    reach = np.maximum.accumulate(e)
-    # A new overlap component starts where a row starts after everything before it ended.
-    comp = np.cumsum(np.r_[True, s[1:] > reach[:-1]])
-    # Within a component, the j-th row of a core belongs to the component's j-th instance.
-    j = pd.DataFrame({"comp": comp, "core": c}).groupby(["comp", "core"]).cumcount().to_numpy()
-    inst = pd.DataFrame({"comp": comp, "j": j, "start": s, "end": e, "core": c})
-    per = inst.groupby(["comp", "j"], sort=True).agg(
+def _instances(rows: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """CC-core rows as instances. The cores of one CC stream work together: cores with as many
+    rows as each other whose k-th rows all overlap in time are one group (a loop over the few
+    cores), and the k-th rows of a group's cores are its k-th instance. Returns one row per
+    instance (``start``, ``end``, ``cores`` "16-19") and each row's instance, row for row."""
+    core = rows["core"].to_numpy()
+    order = np.lexsort((rows["start"].to_numpy(), core))
+    s, e, c = rows["start"].to_numpy()[order], rows["end"].to_numpy()[order], core[order]
+    k = pd.Series(c).groupby(c).cumcount().to_numpy()
+    heads = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
+    bounds = np.r_[heads, len(c)]
+    groups: list[tuple[int, int, int]] = []  # (first row, last row + 1, group id) of each lead
+    group_of_core = np.empty(len(heads), dtype=np.int64)
+    for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        for a, b, gid in groups:
+            if b - a == hi - lo and (s[lo:hi] <= e[a:b]).all() and (e[lo:hi] >= s[a:b]).all():
+                group_of_core[i] = gid
+                break
+        else:
+            group_of_core[i] = len(groups)
+            groups.append((lo, hi, len(groups)))
+    grp = np.repeat(group_of_core, np.diff(bounds))
+    inst = pd.DataFrame({"g": grp, "k": k, "start": s, "end": e, "core": c})
+    per = inst.groupby(["g", "k"], sort=True).agg(
         start=("start", "min"), end=("end", "max"), lo=("core", "min"), hi=("core", "max")
     )
-    cores = per["lo"].astype(str) + "-" + per["hi"].astype(str)
+    per["cores"] = per["lo"].astype(str) + "-" + per["hi"].astype(str)
+    of_row = np.empty(len(rows), dtype=np.int64)
+    of_row[order] = (
+        pd.MultiIndex.from_arrays([grp, k])
+        .map(pd.Series(np.arange(len(per)), index=per.index))
+        .to_numpy(dtype=np.int64)
+    )
+    return per.reset_index(drop=True)[["start", "end", "cores"]], of_row
+
+
+def _triggers_by_order(rows, ok, tvalid, triggers: pd.DataFrame) -> pd.Series:
+    """``trigger_start_ts`` for rows that lack it, by order: the triggers of one stream that no
+    row names are the instances of one core set, k-th to k-th, where the counts agree and each
+    instance starts after its trigger ended (the set of least latency where several could)."""
+    free = np.flatnonzero(ok & ~tvalid)
+    if triggers is None or not len(triggers) or not len(free):
+        return pd.Series(dtype=np.int64)
+    named = set(rows["trigger_start_ts"].to_numpy()[ok & tvalid].tolist())
+    pending = triggers[~triggers["trigger_start_ts"].isin(named)]
+    inst, of_row = _instances(rows.iloc[free])
+    taken: set[str] = set()
+    out = []
+    # A loop over the few streams and core sets, not rows.
+    for _, trig in pending.sort_values("trigger_start_ts").groupby("stream_id", dropna=False):
+        best = None
+        for cores, mine in inst.groupby("cores"):
+            if cores in taken or len(mine) != len(trig):
+                continue
+            mine = mine.sort_values("start")
+            lag = mine["start"].to_numpy() - trig["trigger_end"].to_numpy()
+            if (lag >= 0).all() and (best is None or np.median(lag) < best[0]):
+                best = (float(np.median(lag)), cores, mine.index.to_numpy())
+        if best is None:
+            continue
+        taken.add(best[1])
+        ts = pd.Series(trig["trigger_start_ts"].to_numpy(), index=best[2])
+        out.append(pd.Series(ts.reindex(of_row).to_numpy(), index=rows.index[free]).dropna())
+    if not out:
+        return pd.Series(dtype=np.int64)
+    return pd.concat(out).astype(np.int64)
+
+
+def _untriggered_instances(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per instance of untriggered CC-core work (see :func:`_instances`)."""
+    if not len(rows):
+        return pd.DataFrame()
+    per, _ = _instances(rows)
+    cores = per["cores"]
     out = pd.DataFrame(
         {
             "start_ts": per["start"].to_numpy(dtype=np.int64),

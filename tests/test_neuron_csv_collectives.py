@@ -159,3 +159,28 @@ def test_spill_reloads_from_the_instruction_rows(pipeline):
         mine = f.evidence["by_rank"][str(r)]
         assert mine["spill_reload_bytes"] == rows["spill_reload_bytes"].sum() > 0
         assert mine["hbm_read_bytes"] == rows["hbm_read_bytes"].sum()
+
+
+@pytest.mark.parametrize(
+    ("name", "code"), [("straggler", "COL201"), ("pipeline_1f1b_slow_stage", "PIP602")]
+)
+def test_rows_that_do_not_name_their_trigger_bind_to_it_by_order(tmp_path, name, code):
+    """``trigger_start_ts`` is optional in CcInstruction: the same export without it (column
+    dropped with pandas) reads as with it. Each stream's triggers bind to the instances of one
+    core set, k-th to k-th; the receives' core set, which no trigger explains, stays apart."""
+    paths, truth = _write(tmp_path, name)
+    (fault,) = [f for f in truth["findings"] if CODE_OF[f["kind"]] == code]
+    want = fault.get("saving_total_ns", fault["saving_ns"])
+    with_field = [f for f in diagnose(load(paths, cache=False)).findings if f.code == code]
+    for p in paths:
+        rows = pd.read_csv(p / "CcInstruction.csv")
+        rows.drop(columns=["trigger_start_ts"]).to_csv(p / "CcInstruction.csv", index=False)
+    trace = load(paths, cache=False)
+    without = [f for f in diagnose(trace).findings if f.code == code]
+    assert [(f.ranks, f.saving_ns) for f in without] == [(f.ranks, f.saving_ns) for f in with_field]
+    assert abs(without[0].saving_ns - want) <= TOLERANCE * want
+    bound = "CcInstruction: rows without trigger_start_ts bound to their trigger by order"
+    assert all(trace.meta[r].repairs.get(bound, 0) > 0 for r in trace.ranks)
+
+
+CODE_OF = {"straggler": "COL201", "slow_pipeline_stage": "PIP602", "pipeline_bubble": "PIP601"}
