@@ -23,7 +23,9 @@ def _is_export(path: Path) -> bool:
         if f.is_file():
             try:
                 with open(f, "rb") as fh:
-                    first = fh.read(len(TRACK_COLUMN) + 3).replace(b'"', b"")
+                    first = fh.read(len(TRACK_COLUMN) + 6)
+                # A byte-order mark (spreadsheet-style CSV writers put one first) is not a name.
+                first = first.removeprefix(b"\xef\xbb\xbf").replace(b'"', b"")
                 return first.startswith(f"{TRACK_COLUMN},".encode())
             except OSError:
                 return False

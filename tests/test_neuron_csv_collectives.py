@@ -184,3 +184,18 @@ def test_rows_that_do_not_name_their_trigger_bind_to_it_by_order(tmp_path, name,
 
 
 CODE_OF = {"straggler": "COL201", "slow_pipeline_stage": "PIP602", "pipeline_bubble": "PIP601"}
+
+
+def test_an_export_written_with_byte_order_marks_and_crlf_reads_the_same(tmp_path):
+    """Spreadsheet-style CSV writers start a file with a UTF-8 byte-order mark and end lines
+    with CRLF: the export reads as without them."""
+    paths, _ = _write(tmp_path, "straggler")
+    plain = diagnose(load(paths, cache=False))
+    for p in paths:
+        for f in p.glob("*.csv"):
+            text = f.read_bytes().replace(b"\n", b"\r\n")
+            f.write_bytes(b"\xef\xbb\xbf" + text)
+    marked = diagnose(load(paths, cache=False))
+    assert [(f.code, f.ranks, f.saving_ns) for f in marked.findings] == [
+        (f.code, f.ranks, f.saving_ns) for f in plain.findings
+    ]
