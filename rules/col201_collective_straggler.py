@@ -41,7 +41,11 @@ class CollectiveStraggler(Rule):
     options = {
         "min_late_ns": 0,  # ignore lateness below this (raise it when clocks are noisy)
         "min_impact_pct": 0.5,
-        "warn_saving_pct": 1.0,
+        # Ranks of one job on identical hardware differ in pace by a percent or two (clock,
+        # thermals, placement): on the clean-room writer's clean jobs, whose ranks draw a 0.5%
+        # pace jitter, the rank arriving last prices at 0.03-1.8% of the step over seeds 0-5.
+        # Below 3% a late rank is that variance, not a straggler to chase: info.
+        "warn_saving_pct": 3.0,
         "error_saving_pct": 10.0,
         # Last in fewer than this share of any operation's instances: the lateness moves between
         # ranks (scheduling noise on shared cores), no one rank holds the job: info at most.
