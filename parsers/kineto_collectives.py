@@ -99,12 +99,15 @@ def collective_rows(
         np.char.add(np.char.add(group.astype(str), "|"), np.char.add(op.astype(str), "|")),
         ordinal.astype(str),
     )
+    key = np.where(np.isfinite(seq), with_seq, without_seq).astype(object)
+    if launcher is not None:
+        _peer_named_transfers(rows, coll, launcher, key, op, group)
     dtype = fields["dtype"]
     dtype = np.where(pd.notna(dtype), dtype, _map_unique(names, _dtype_from_kernel)).astype(str)
     return pd.DataFrame(
         {
             S.EVENT: coll.astype(np.int64),
-            S.MATCH_KEY: np.where(np.isfinite(seq), with_seq, without_seq).astype(object),
+            S.MATCH_KEY: key,
             S.COLL_OP: op.astype(object),
             S.GROUP: group.astype(object),
             S.SEQ: np.where(np.isfinite(seq), seq, -1).astype(np.int64),
@@ -171,6 +174,42 @@ def _launching_collective(rows: Rows, coll: np.ndarray, launcher: np.ndarray) ->
     inner = nesting.innermost(rows.thread[call[launched]], rows.ts[call[launched]])
     out[launched] = np.where(inner >= 0, op[np.maximum(inner, 0)], "")
     return out
+
+
+#: PyTorch's profiling title of a point-to-point transfer (ProcessGroupNCCL::send/recv):
+#: ``nccl:send <rank>-><dst>``, ``nccl:recv <rank><-<src>``.
+_P2P_RANGE = re.compile(r"^nccl:(send|recv) (\d+)(->|<-)(\d+)$")
+
+
+def _peer_named_transfers(rows: Rows, coll, launcher, key, op, group) -> None:
+    """Send/Recv kernels launched inside a range that names the transfer (``nccl:send 1->2``)
+    key as ``"{src}>{dst}|P2P|{k}"``, the k-th transfer on that link on this rank, with the
+    pair as their group, in place: the sender's k-th send to dst is dst's k-th recv from src.
+    Their ``Seq`` cannot match them: PyTorch records a point-to-point op with its group's
+    collective count, which the two sides need not share."""
+    call = launcher[coll]
+    cpu = rows.where("cpu_op", "annotation", gpu=False)
+    ranges = cpu[rows.matches(_P2P_RANGE, cpu)]
+    if not len(ranges) or not (call >= 0).any():
+        return
+    parsed = pd.Series(rows.name_of(ranges), dtype=object).astype(str).str.extract(_P2P_RANGE)
+    sends = (parsed[0] == "send").to_numpy()
+    me, peer = parsed[1].astype(np.int64).to_numpy(), parsed[3].astype(np.int64).to_numpy()
+    nesting = SliceNesting(rows.thread[ranges], rows.ts[ranges], rows.end[ranges])
+    launched = np.flatnonzero(call >= 0)
+    inner = nesting.innermost(rows.thread[call[launched]], rows.ts[call[launched]])
+    hit = inner >= 0
+    rows_hit, r = launched[hit], inner[hit]
+    if not len(rows_hit):
+        return
+    src = np.where(sends[r], me[r], peer[r])
+    dst = np.where(sends[r], peer[r], me[r])
+    link = np.char.add(np.char.add(src.astype(str), ">"), dst.astype(str))
+    ordinal = _ordinal(link, np.zeros(len(link), dtype=np.int64))  # per link, in time order
+    key[rows_hit] = np.char.add(np.char.add(link, "|P2P|"), ordinal.astype(str)).astype(object)
+    op[rows_hit] = np.where(sends[r], "Send", "Recv")
+    lo, hi = np.minimum(src, dst).astype(str), np.maximum(src, dst).astype(str)
+    group[rows_hit] = np.char.add(np.char.add(lo, ","), hi).astype(object)
 
 
 def _op_from_range_name(name: str) -> str:
