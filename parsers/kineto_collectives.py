@@ -204,12 +204,19 @@ def _peer_named_transfers(rows: Rows, coll, launcher, key, op, group) -> None:
         return
     src = np.where(sends[r], me[r], peer[r])
     dst = np.where(sends[r], peer[r], me[r])
+    key[rows_hit], group[rows_hit] = link_keys(src, dst)
+    op[rows_hit] = np.where(sends[r], "Send", "Recv")
+
+
+def link_keys(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per point-to-point transfer of one rank (in time order), its match key
+    ``"{src}>{dst}|P2P|{k}"`` (the k-th on that link: the sender's k-th send to dst is dst's
+    k-th receive from src) and its group, the pair ``"lo,hi"``."""
     link = np.char.add(np.char.add(src.astype(str), ">"), dst.astype(str))
     ordinal = _ordinal(link, np.zeros(len(link), dtype=np.int64))  # per link, in time order
-    key[rows_hit] = np.char.add(np.char.add(link, "|P2P|"), ordinal.astype(str)).astype(object)
-    op[rows_hit] = np.where(sends[r], "Send", "Recv")
+    key = np.char.add(np.char.add(link, "|P2P|"), ordinal.astype(str)).astype(object)
     lo, hi = np.minimum(src, dst).astype(str), np.maximum(src, dst).astype(str)
-    group[rows_hit] = np.char.add(np.char.add(lo, ","), hi).astype(object)
+    return key, np.char.add(np.char.add(lo, ","), hi).astype(object)
 
 
 def _op_from_range_name(name: str) -> str:

@@ -48,7 +48,7 @@ import pandas as pd
 from tracediag.model import schema as S
 from tracediag.parsers.chrome_nesting import SliceNesting
 from tracediag.parsers.kineto import KIND, Rows
-from tracediag.parsers.kineto_collectives import OP_NAMES, op_from_text
+from tracediag.parsers.kineto_collectives import OP_NAMES, link_keys, op_from_text
 
 GLOO_RANGE = re.compile(r"^gloo:")
 C10D_OP = re.compile(r"^c10d::")
@@ -210,11 +210,7 @@ def _point_to_point(rows: Rows, op, launch_of, meta: S.RankMeta, key, group) -> 
         return
     sends = op[p2p] == "Send"
     src, dst = np.where(sends, rank, peer), np.where(sends, peer, rank)
-    link = np.char.add(np.char.add(src.astype(str), ">"), dst.astype(str))
-    ordinal = _ordinal_per_op(link)  # per (src, dst), in time order
-    key[p2p] = np.char.add(np.char.add(link, "|P2P|"), ordinal.astype(str))
-    lo, hi = np.minimum(src, dst).astype(str), np.maximum(src, dst).astype(str)
-    group[p2p] = np.char.add(np.char.add(lo, ","), hi)
+    key[p2p], group[p2p] = link_keys(src, dst)
 
 
 def _posted_at(rows: Rows, kind: np.ndarray, coll, op, launch_of) -> np.ndarray:

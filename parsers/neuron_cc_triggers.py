@@ -31,6 +31,7 @@ that a report says its collective times are inferred.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -44,17 +45,21 @@ _CTYPE = re.compile(r"\bctype=(?P<ctype>[A-Za-z_]+)")
 _ON_COMPLETE = re.compile(SEMAPHORE_NAME + r"\s*\+\+@complete")
 
 
-def trigger_collectives(
-    instr: pd.DataFrame | None,
-    profile_end_ns: float,
-    meta: S.RankMeta,
-    spans: pd.DataFrame | None = None,
-) -> pd.DataFrame | None:
-    """``CcOp``-named rows for the collectives the instructions ``instr`` (Parquet field names,
-    times in ns) trigger, None when no instruction names a ``ctype``. ``profile_end_ns``: the
-    profile's end (NaN when unknown). ``spans``: the CC cores' work per trigger where a
-    ``CcInstruction`` table records it (columns ``trigger_start_ts``, ``start``, ``end``): those
-    triggers' collectives take its times instead of inferred ones. Counts go to ``meta``."""
+@dataclass(frozen=True)
+class Triggers:
+    """The trigger instructions of an instruction table, parsed once: every instruction's
+    operand ``text``, each trigger's ``ctype`` (by row), the trigger ``rows`` (with a finite
+    end) and every instruction's start and end (``i_ts``, ``i_end``, float ns)."""
+
+    text: pd.Series
+    ctype: pd.Series
+    rows: np.ndarray
+    i_ts: np.ndarray
+    i_end: np.ndarray
+
+
+def parse_triggers(instr: pd.DataFrame | None) -> Triggers | None:
+    """The instructions of ``instr`` that name a ``ctype``; None without any."""
     if instr is None or not len(instr):
         return None
     text = _operand_text(instr)
@@ -66,8 +71,26 @@ def trigger_collectives(
     i_ts = start.to_numpy(dtype=np.float64, na_value=np.nan)
     i_end = i_ts + dur.to_numpy(dtype=np.float64, na_value=np.nan)
     rows = rows[np.isfinite(i_end[rows])]
-    if not len(rows):
+    return Triggers(text, ctype, rows, i_ts, i_end) if len(rows) else None
+
+
+def trigger_collectives(
+    instr: pd.DataFrame | None,
+    profile_end_ns: float,
+    meta: S.RankMeta,
+    spans: pd.DataFrame | None = None,
+    parsed: Triggers | None = None,
+) -> pd.DataFrame | None:
+    """``CcOp``-named rows for the collectives the instructions ``instr`` (Parquet field names,
+    times in ns) trigger, None when no instruction names a ``ctype``. ``profile_end_ns``: the
+    profile's end (NaN when unknown). ``spans``: the CC cores' work per trigger where a
+    ``CcInstruction`` table records it (columns ``trigger_start_ts``, ``start``, ``end``): those
+    triggers' collectives take its times instead of inferred ones. ``parsed``: the triggers of
+    ``instr`` when the caller has parsed them already. Counts go to ``meta``."""
+    found = parsed if parsed is not None else parse_triggers(instr)
+    if found is None:
         return None
+    text, ctype, rows, i_ts, i_end = found.text, found.ctype, found.rows, found.i_ts, found.i_end
     trig_text = text.iloc[rows]
     stream = _field(trig_text, "stream_id")
     group = _field(trig_text, "group_id")
@@ -127,24 +150,17 @@ def trigger_collectives(
     return out
 
 
-def trigger_times(instr: pd.DataFrame | None) -> pd.DataFrame | None:
-    """The trigger instructions of ``instr``: ``trigger_start_ts``, ``trigger_end`` and
-    ``stream_id`` (NaN where the operands name none); None without any."""
-    if instr is None or not len(instr):
+def trigger_times(found: Triggers | None) -> pd.DataFrame | None:
+    """The triggers' ``trigger_start_ts``, ``trigger_end`` and ``stream_id`` (NaN where the
+    operands name none); None without any."""
+    if found is None:
         return None
-    text = _operand_text(instr)
-    rows = np.flatnonzero(text.str.extract(_CTYPE)["ctype"].notna().to_numpy())
-    if not len(rows):
-        return None
-    start, dur = times(instr)
-    s = start.to_numpy(dtype=np.float64, na_value=np.nan)[rows]
-    e = s + dur.to_numpy(dtype=np.float64, na_value=np.nan)[rows]
-    keep = np.isfinite(e)
+    rows = found.rows
     return pd.DataFrame(
         {
-            "trigger_start_ts": s[keep].astype(np.int64),
-            "trigger_end": e[keep].astype(np.int64),
-            "stream_id": _field(text.iloc[rows], "stream_id")[keep],
+            "trigger_start_ts": found.i_ts[rows].astype(np.int64),
+            "trigger_end": found.i_end[rows].astype(np.int64),
+            "stream_id": _field(found.text.iloc[rows], "stream_id"),
         }
     )
 

@@ -131,26 +131,27 @@ def _summary_from(instr: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-def _instructions(path: Path) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
-    """The instructions as the Parquet reader has them, and their semaphore texts apart (row
-    for row), from one read of ``Instruction.csv``: ``operands`` always joined, the dtype text
-    columns only without ``adjusted_flops`` (as :func:`neuron_parquet._with_texts`)."""
+def _instructions(path: Path):
+    """The instructions as the Parquet reader has them, their semaphore texts apart (row for
+    row), and the whole read (every text column: what the trigger instructions are read from),
+    from one read of ``Instruction.csv``: ``operands`` always joined, the dtype text columns only
+    without ``adjusted_flops`` (as :func:`neuron_parquet._with_texts`). Nones without the file."""
     texts = [*DTYPE_TEXT_COLUMNS, *SEMAPHORE_TEXT]
     wanted = list(dict.fromkeys([*INSTRUCTION_COLUMNS, *IDENTITY_KEYS, *SUMMED, *texts]))
     frame = _frame(path, "Instruction", wanted, ("start_ts", "engine"))
     if frame is None:
-        return None, None
+        return None, None, None
     apart = [c for c in SEMAPHORE_TEXT if c in frame]
     base = frame.drop(columns=[c for c in texts if c in frame])
     dtype_text = "adjusted_flops" not in base or base["adjusted_flops"].isna().all()
     joined = [c for c in (DTYPE_TEXT_COLUMNS if dtype_text else ["operands"]) if c in frame]
-    return base.join(frame[joined]), frame[apart] if apart else None
+    return base.join(frame[joined]), frame[apart] if apart else None, frame
 
 
 def _read_export(path: Path, rank: int, source: str) -> RankPart:
     meta = S.RankMeta(rank=rank, sources=[str(path)], format=FORMAT)
     meta.info["rank_source"] = source
-    instr, semaphore_texts = _instructions(path)
+    instr, semaphore_texts, whole = _instructions(path)
     if instr is not None:
         meta.summary = _summary_from(instr)
         instr = instr.drop(
@@ -164,13 +165,8 @@ def _read_export(path: Path, rank: int, source: str) -> RankPart:
         if table == "DmaPacketAggregated":
             dma["packet_aggregation_id"] = dma.get("id")
         dma["transfer_bytes"] = data_bytes(dma)
-    texts = (
-        instr
-        if semaphore_texts is None
-        else instr.drop(columns=[c for c in semaphore_texts if c in instr]).join(semaphore_texts)
-    )
     cc_rows = _frame(path, "CcInstruction", CC_INSTRUCTION_COLUMNS, ("start_ts",))
-    cc = csv_collectives(cc_rows, texts if instr is not None else None, meta)
+    cc = csv_collectives(cc_rows, whole, meta)
     updates = _frame(path, "SemaphoreUpdate", UPDATE_COLUMNS, ("timestamp", "id"))
     # No ExecutionInfo in the export: executions from the program counters, as for legacy JSON.
     spans = pc_executions(instr, meta)

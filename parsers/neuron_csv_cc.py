@@ -26,7 +26,11 @@ import pandas as pd
 
 from tracediag.model import schema as S
 from tracediag.model.untriggered_receives import UNTRIGGERED_CORES as UNTRIGGERED
-from tracediag.parsers.neuron_cc_triggers import trigger_collectives, trigger_times
+from tracediag.parsers.neuron_cc_triggers import (
+    parse_triggers,
+    trigger_collectives,
+    trigger_times,
+)
 from tracediag.parsers.neuron_common import column, ints
 
 
@@ -35,8 +39,9 @@ def csv_collectives(
 ) -> pd.DataFrame | None:
     """``CcOp``-named rows from the export's trigger instructions ``instr`` and its
     ``CcInstruction`` rows ``cc_rows`` (None when absent); None when neither names one."""
+    parsed = parse_triggers(instr)  # once: read by the binding by order and the collectives
     if cc_rows is None or not len(cc_rows) or "start_ts" not in cc_rows:
-        return trigger_collectives(instr, np.nan, meta)
+        return trigger_collectives(instr, np.nan, meta, parsed=parsed)
     n = len(cc_rows)
     start, svalid = ints(cc_rows["start_ts"], n)
     if "end_ts" in cc_rows:
@@ -52,7 +57,7 @@ def csv_collectives(
     if (ok & ~tvalid).any():
         # Rows that do not name their trigger (the field is optional): bound to the trigger
         # instructions of a stream by order where that is unambiguous.
-        found = _triggers_by_order(rows, ok, tvalid, trigger_times(instr))
+        found = _triggers_by_order(rows, ok, tvalid, trigger_times(parsed))
         if len(found):
             rows.loc[found.index, "trigger_start_ts"] = found.to_numpy()
             tvalid = tvalid.copy()
@@ -66,7 +71,7 @@ def csv_collectives(
         .groupby("trigger_start_ts", as_index=False)
         .agg(start=("start", "min"), end=("end", "max"))
     )
-    triggered = trigger_collectives(instr, np.nan, meta, spans)
+    triggered = trigger_collectives(instr, np.nan, meta, spans, parsed)
     named = set() if triggered is None else set(triggered["trigger_start_ts"].tolist())
     orphan = spans[~spans["trigger_start_ts"].isin(named)]
     meta.count(

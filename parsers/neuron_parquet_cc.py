@@ -63,10 +63,8 @@ def fill_empty_groups(cc: pd.DataFrame, meta: S.RankMeta) -> pd.DataFrame:
 def _fill_from(text: pd.Series, empty: np.ndarray, key: np.ndarray):
     """Per row: the group most rows of its ``key`` name (None where none does), and where an
     ``empty`` row takes one."""
-    named = pd.Series(
-        text[~empty & ~_is_empty(text)].to_numpy(), index=key[~empty & ~_is_empty(text)]
-    )
-    named = named[named.notna()]
+    naming = ~empty & ~_is_empty(text) & text.notna().to_numpy()
+    named = pd.Series(text[naming].to_numpy(), index=key[naming])
     common = (
         named.groupby(level=0).agg(lambda g: g.value_counts().index[0]) if len(named) else named
     )

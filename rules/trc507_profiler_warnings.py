@@ -28,8 +28,9 @@ class ProfilerWarnings(Rule):
         "what the profiler recorded (its operators' `External id`s skip most numbers), whose "
         "gaps hold missing events. One finding per distinct note, with the ranks "
         "it concerns; a capture without DMA transfers is one finding at info, with the "
-        "profiler's own warning about it, since every other finding stands. (Where the hardware peaks came from, the profile's `Metadata` or the "
-        "built-in table, is in the report's ranks, `hardware_peaks`.)",
+        "profiler's own warning about it, since every other finding stands. (Where the "
+        "hardware peaks came from, the profile's `Metadata` or the built-in table, is in the "
+        "report's ranks, `hardware_peaks`.)",
         "why it matters": "A diagnosis is only as good as the capture: without DGE notifications "
         "no DMA transfer is seen, so a DMA-bound kernel looks compute-bound and no DMA rule can "
         "fire; a renamed field silently empties a column. These notes say what the findings "

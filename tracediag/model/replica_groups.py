@@ -35,6 +35,9 @@ _INNER = re.compile(r"\[([\d,\s]*)\]")
 def split_by_replica_group(coll: pd.DataFrame) -> pd.DataFrame:
     """``coll`` with Neuron replica-group keys resolved across ranks (see the module)."""
     key = coll[S.MATCH_KEY].astype(str)
+    # Every assembly comes here (Kineto's keys too): one cheap test before the string work.
+    if not key.str.startswith(("[", INFERRED_MARK)).any():
+        return coll
     parts = key.str.split("|", n=1)
     flat, rest = parts.str[0], parts.str[1]
     inferred = flat.str.startswith(INFERRED_MARK).to_numpy()
@@ -57,7 +60,7 @@ def split_by_replica_group(coll: pd.DataFrame) -> pd.DataFrame:
     # say nothing of who ran with whom, so the op stays one instance.
     outside = (
         pd.Series((members == "") & (listed | empty), index=coll.index)
-        .groupby(rest.to_numpy())
+        .groupby(rest.to_numpy(), dropna=False)
         .transform("any")
     )
     members[outside.to_numpy(dtype=bool)] = ""
