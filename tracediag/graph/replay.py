@@ -167,8 +167,8 @@ def _span_kernel():
     """The compiled :func:`_window_span`, or None (see :func:`_anchor_kernel`)."""
     from tracediag.io.compiled import compiled
 
-    one = np.zeros(1, dtype=np.int64)
-    return compiled(_window_span, one, one, one, one, np.ones(1, dtype=bool))
+    one, index = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int32)  # as _plan's
+    return compiled(_window_span, one, index, one, one, np.ones(1, dtype=bool))
 
 
 @dataclass
@@ -266,24 +266,31 @@ def _plan(graph: Graph) -> _Plan:
     slot_loop[slot[loop]] = np.arange(len(loop))
     # Every edge reads an anchor replayed before it, and no chain closes on itself.
     windowed = bool((slot_loop[edge_anchor] < edge_loop).all() and not single[anchors].any())
+    ix = _index_type(n, len(edge_src))
     plan = _Plan(
         single,
-        parent,
-        slot[anchor],
+        parent.astype(ix),
+        slot[anchor].astype(ix),
         rounds + 1,
-        anchors,
-        loop,
-        slot[loop],
-        edge_ptr,
-        edge_src,
-        edge_anchor,
-        first_read,
-        last_read,
-        slot_loop,
+        anchors.astype(ix),
+        loop.astype(ix),
+        slot[loop].astype(ix),
+        edge_ptr.astype(ix),
+        edge_src.astype(ix),
+        edge_anchor.astype(ix),
+        first_read.astype(ix),
+        last_read.astype(ix),
+        slot_loop.astype(ix),
         windowed,
     )
     graph.replay_plan = plan  # a graph is never changed once built
     return plan
+
+
+def _index_type(nodes: int, edges: int) -> type:
+    """The plan's node, slot and edge numbers as int32 where they fit: half the memory of the
+    arrays every replay of the graph shares (593 -> 338 MB on 4 ranks x 1M instructions)."""
+    return np.int32 if max(nodes, edges) < 2**31 - 1 else np.int64
 
 
 def _chain_offsets(plan: _Plan, w: np.ndarray) -> np.ndarray:
@@ -374,9 +381,19 @@ def _anchor_kernel():
     # import numba; compiled now on a one-anchor loop (see tracediag.io.compiled).
     from tracediag.io.compiled import compiled
 
-    one = np.zeros(1, dtype=np.int64)
+    one, index = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int32)  # as _plan's
     return compiled(
-        _anchor_ends, one.copy(), one, np.array([0, 1]), one, one, one, one, one - 1, 0, 0
+        _anchor_ends,
+        one.copy(),
+        index,
+        np.array([0, 1], dtype=np.int32),
+        index,
+        index,
+        one,
+        one,
+        index - 1,
+        0,
+        0,
     )
 
 
@@ -488,10 +505,11 @@ def _changed_offsets(plan: _Plan, patch: _Patch, slots: np.ndarray) -> np.ndarra
     """Chain offsets with ``w`` changed on the chains of ``slots`` only: pointer jumping over
     those chains' nodes (a chain holds its members' parents), the others' offsets unchanged."""
     if plan.slot_ptr is None:  # nodes grouped by the slot of their chain
-        plan.slot_nodes = np.argsort(plan.anchor_slot, kind="stable")
+        ix = plan.anchor_slot.dtype
+        plan.slot_nodes = np.argsort(plan.anchor_slot, kind="stable").astype(ix)
         plan.slot_ptr = np.searchsorted(
             plan.anchor_slot[plan.slot_nodes], np.arange(len(plan.anchors) + 1)
-        )
+        ).astype(ix)
     slots = np.sort(slots)  # each once (np.unique hashes: slower)
     slots = slots[np.r_[True, slots[1:] != slots[:-1]]]
     lo, hi = plan.slot_ptr[slots], plan.slot_ptr[slots + 1]

@@ -55,13 +55,15 @@ def pace_excess(ctx) -> np.ndarray:
     cached = ctx.__dict__.get("_pace_excess")
     if cached is not None:
         return cached
-    excess = ctx.excess_over_peers.copy()
-    host = _host_peers(ctx)
+    excess = ctx.excess_over_peers
+    host, shared = _host_peers(ctx), _shared_host_work(ctx)
+    if host is not None or shared.any():  # else the device excess as it is (no event-sized copy)
+        excess = excess.copy()
     if host is not None:
         ids, med, extra = host
         dur = ctx.trace.events[S.DUR].to_numpy()[ids]
         excess[ids] = np.where(extra, dur, np.where(np.isnan(med), 0, dur - np.nan_to_num(med)))
-    excess[_shared_host_work(ctx)] = 0
+    excess[shared] = 0
     ctx.__dict__["_pace_excess"] = excess
     return excess
 
