@@ -73,6 +73,7 @@ from tracediag.parsers.neuron_parquet_sniff import (  # noqa: F401 (the reader's
     DEFAULT_HARDWARE,
     FORMAT,
     NEURON_DEVICE_PROFILE,
+    READS_IN_THREADS,
     _profile_children,
     _profiles_root,
     sniff,

@@ -18,6 +18,8 @@ FORMAT = "neuron-parquet"
 NEURON_DEVICE_PROFILE = True
 #: The hardware a profile that names none ran on (the documented default target).
 DEFAULT_HARDWARE = "trn1"
+#: Ranks may be read in threads: the time is Arrow's decoding and numpy's, without the GIL.
+READS_IN_THREADS = True
 #: File suffixes of other trace formats: a parent directory holding one beside its profiles is
 #: left to the loader's one-level expansion, so that those files are read too.
 _OTHER_TRACE_SUFFIXES = (".json", ".json.gz", ".pftrace", ".perfetto-trace", ".pb", ".pb.gz")

@@ -147,7 +147,8 @@ def add_reading_options(parser: argparse.ArgumentParser) -> None:
         type=jobs_count,
         metavar="N",
         help="reader processes (default: one per input file up to the CPU count on more than "
-        "2 cores, and the CPU count within one big Chrome file; 1: serial)",
+        "2 cores, threads for the ranks of a big Neuron Parquet job on fewer, and the CPU "
+        "count within one big Chrome file; 1: serial)",
     )
     group.add_argument(
         "--scheduler",

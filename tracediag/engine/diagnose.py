@@ -15,6 +15,7 @@ from tracediag.engine.diagnosis import Diagnosis
 from tracediag.engine.rule import all_rules
 from tracediag.engine.shared_savings import mark_shared_bottlenecks
 from tracediag.engine.trace_ignores import apply_per_trace_ignores
+from tracediag.io.threads import map_in_threads
 from tracediag.model import schema as S
 from tracediag.model.errors import UsageError, did_you_mean
 from tracediag.model.findings import Finding
@@ -44,20 +45,27 @@ def diagnose(
             )
     if progress:
         progress(DIAGNOSE_STAGES[-1])
+    run = [code for code in rules if config.is_selected(code)]
     findings: list[Finding] = []
-    run = []
-    for code, cls in rules.items():
-        if not config.is_selected(code):
-            continue
-        run.append(code)
-        opts = config.options_for(code, cls.options)
-        for f in cls().check(analysis, opts):
-            if code in config.severity:
-                f = replace(f, severity=config.severity[code])
-            findings.append(f)
+    for code, found in zip(run, _run_rules(analysis, config, rules, run), strict=True):
+        if code in config.severity:
+            found = [replace(f, severity=config.severity[code]) for f in found]
+        findings += found
     findings.sort(key=Finding.sort_key)
     diagnosis = apply_per_trace_ignores(
         Diagnosis(trace, analysis, findings, config, run), config.per_trace_ignores
     )
     # Findings of equal savings name the bottleneck they share, when the replay shows one.
     return replace(diagnosis, findings=mark_shared_bottlenecks(analysis, diagnosis.findings))
+
+
+def _run_rules(analysis, config: Config, rules: dict, codes: list[str]) -> list[list[Finding]]:
+    """Each rule's findings, in the order of ``codes``; in threads on a big trace
+    (:mod:`tracediag.io.threads`): the rules share the analysis, whose cached parts whichever
+    rule asks first builds, the same for all."""
+
+    def check(code: str) -> list[Finding]:
+        cls = rules[code]
+        return list(cls().check(analysis, config.options_for(code, cls.options)))
+
+    return map_in_threads(check, codes, events=len(analysis.trace.events))
