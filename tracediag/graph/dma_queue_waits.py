@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracediag.graph.dependencies import stable_order_by
 from tracediag.graph.wait_evidence import empty_evidence_frame, evidence_frame, search_pairs
 from tracediag.model import schema as S
 from tracediag.model.dma_rings import split_ring_names
@@ -53,7 +54,7 @@ def queue_wait_edges(trace: S.Trace, pred_end: np.ndarray, pred_ev: np.ndarray) 
     if not waiting.any():
         return empty_evidence_frame()
     # The latest end at or before each waiter's start on its queue: search in (queue, end) order.
-    o = np.lexsort((end, queue))
+    o = stable_order_by(queue, end)
     w = np.flatnonzero(waiting)
     at = search_pairs(queue[o], end[o], queue[w], ts[w], side="right") - 1
     ok = at >= 0

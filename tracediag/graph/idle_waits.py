@@ -116,7 +116,7 @@ def recorded_predecessors(trace: S.Trace) -> tuple[np.ndarray, np.ndarray, np.nd
             in_graph[src] & in_graph[dst] & ~(is_sync & (ev[S.KIND] == "sync").to_numpy()[dst])
         )
         src, dst = src[into_start], dst[into_start]
-        o = np.lexsort((end[src], dst))  # per destination, the latest-ending source last
+        o = stable_order_by(dst, end[src])  # per destination, the latest-ending source last
         last = np.r_[dst[o][1:] != dst[o][:-1], True] if len(o) else np.zeros(0, bool)
         d, s = dst[o][last], src[o][last]
         later = end[s] > pred_end[d]

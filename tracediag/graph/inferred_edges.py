@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracediag.graph.dependencies import stable_order_by
 from tracediag.graph.dma_queue_waits import QUEUE_WAIT, queue_wait_edges
 from tracediag.graph.idle_waits import idle_wait_edges, recorded_predecessors
 from tracediag.graph.receive_uses import RECEIVE_USE, receive_use_edges
@@ -173,7 +174,7 @@ def _waits(trace: S.Trace, ts: np.ndarray, end: np.ndarray, is_compute: np.ndarr
     engine_track = (S.strings(trace.tracks[S.TRACK_KIND]) == "compute_engine")[track]
     missing = ~np.isfinite(wait) & engine_track & is_compute
     if missing.any():
-        o = np.lexsort((ts, track))
+        o = stable_order_by(track, ts)
         same = np.r_[False, track[o][1:] == track[o][:-1]]
         idle = np.full(len(ev), np.nan)
         prev_end = np.r_[0, end[o][:-1]]
