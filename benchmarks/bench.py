@@ -14,7 +14,10 @@ Chrome JSON of ~1M events, uncompressed), ``parquet-4x1M`` (Neuron Parquet, 4 ra
 events), ``parquet-64x100k`` (64 ranks x ~100k), ``perfetto-2x100k`` (Neuron device Perfetto traces, 2
 ranks x ~99k packets; ``--case perfetto-2x100k --stages floor,decode`` gives packets/s of the
 decoder against the floor, protobuf's parse of each file's bytes as one ``Trace``; ``perfetto-2x400k``:
-the same at 76 MB per rank, files the compiled walk reads). Generated files are kept in ``--out``
+the same at 76 MB per rank, files the compiled walk reads), ``cleanroom-4x1M`` and
+``cleanroom-64x100k`` (Neuron Parquet written by the clean-room writer of ``tests/cleanroom``,
+made from the reference alone: 4 ranks x 1M and 64 x 100k instructions, 16 DMA rings a queue;
+the jobs issue 16 sets its Neuron targets on). Generated files are kept in ``--out``
 (default ``bench_out/``, git-ignored) and reused while the case is unchanged.
 
 Every stage runs in a fresh process, so its peak RSS (``wait4``'s ``ru_maxrss`` of the child) is

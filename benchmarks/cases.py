@@ -27,7 +27,11 @@ REAL_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 @dataclass(frozen=True)
 class Case:
     """One generated job: ``fmt`` is ``parquet``, ``chrome`` (one uncompressed file per rank) or
-    ``perfetto`` (Neuron device traces, one ``.pftrace`` per rank, and the system profile's)."""
+    ``perfetto`` (Neuron device traces, one ``.pftrace`` per rank, and the system profile's).
+
+    ``writer``: ``generator`` (tracediag's own, ``scale`` in its units) or ``cleanroom``, the
+    Neuron device writer made from the reference alone (``tests/cleanroom``), for Parquet only:
+    ``scale`` is then instructions per rank and ``scenario`` is ignored (a clean job)."""
 
     name: str
     fmt: str
@@ -35,6 +39,7 @@ class Case:
     scale: float
     scenario: str
     about: str
+    writer: str = "generator"
 
     def root(self, out: Path) -> Path:
         """Where the case's files live under the benchmark directory ``out``."""
@@ -76,6 +81,25 @@ CASES = {
             25,
             "mixed",
             "Neuron Parquet, 64 ranks x ~100k device events (scale 25 = 100 layers)",
+        ),
+        Case(
+            "cleanroom-4x1M",
+            "parquet",
+            4,
+            1_000_000,
+            "clean",
+            "Neuron Parquet by the clean-room writer, 4 ranks x 1M instructions (16 DMA rings a"
+            " queue; issue 16's 10 s target)",
+            "cleanroom",
+        ),
+        Case(
+            "cleanroom-64x100k",
+            "parquet",
+            64,
+            100_000,
+            "clean",
+            "Neuron Parquet by the clean-room writer, 64 ranks x 100k instructions",
+            "cleanroom",
         ),
         Case(
             "perfetto-2x100k",
@@ -149,6 +173,9 @@ def ensure(case: Case | RealTrace, out: Path, say) -> None:
 
 
 def _generate(case: Case, root: Path) -> None:
+    if case.writer == "cleanroom":
+        _write_cleanroom(case, root)
+        return
     from tracediag.generator import generate
 
     generate(case.scenario, root, formats=(case.fmt,), ranks=case.ranks, scale=case.scale)
@@ -156,6 +183,17 @@ def _generate(case: Case, root: Path) -> None:
         for gz in sorted((root / "chrome").glob("*.json.gz")):
             gz.with_suffix("").write_bytes(gzip.decompress(gz.read_bytes()))
             gz.unlink()
+
+
+def _write_cleanroom(case: Case, root: Path) -> None:
+    """The clean-room writer's job under ``root/parquet`` (an Explorer data path), its truth
+    beside it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's tests/
+    from tests.cleanroom.neuron_device_writer import write_job
+
+    out = root / case.fmt
+    write_job(out, ranks=case.ranks, scale=str(int(case.scale)), formats=(case.fmt,))
+    (out / "truth.json").rename(root / "truth.json")
 
 
 if __name__ == "__main__":  # ensure()'s generating process: CASE_JSON ROOT
