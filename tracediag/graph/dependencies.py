@@ -313,12 +313,16 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
     src = np.concatenate(src_list).astype(np.int64, copy=False)
     dst = np.concatenate(dst_list).astype(np.int64, copy=False)
     code = np.concatenate(code_list).astype(np.int8, copy=False)
-    self_loop = src == dst
-    backward = start[src] > start[dst]
-    bad = self_loop | backward
+    start_src, start_dst = start[src], start[dst]  # gathered once: the filter and the ties
+    bad = (src == dst) | (start_src > start_dst)
     if bad.any():
         dropped["edges against time (successor starts before its predecessor)"] = int(bad.sum())
-        src, dst, code = src[~bad], dst[~bad], code[~bad]
+        keep = ~bad
+        src, dst, code = src[keep], dst[keep], code[keep]
+        start_src, start_dst = start_src[keep], start_dst[keep]
+    tie = start_src == start_dst
+    same_start = src[tie], dst[tie]
+    del start_src, start_dst, tie, bad
     n = len(start)
     end = start + node_dur
     # Binding predecessor: latest end; on ties prefer an explicit edge over program order,
@@ -335,7 +339,7 @@ def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Grap
     gap = np.where(has, start - end[bind], 0)
     role = np.concatenate(roles)
     node_track = np.concatenate(tracks).astype(np.int32, copy=False)
-    order, cut = _topological_order(start, end, role, src, dst, ptr)
+    order, cut = _topological_order(start, end, role, src, dst, ptr, same_start)
     if cut:
         dropped["edges in cycles"] = cut
     return Graph(
@@ -431,18 +435,17 @@ def _time_order(start, level, priority, end) -> np.ndarray:
     return _break_ties(key, end)
 
 
-def _topological_order(start, end, role, src, dst, ptr) -> tuple[np.ndarray, int]:
+def _topological_order(start, end, role, src, dst, ptr, same_start) -> tuple[np.ndarray, int]:
     """Nodes in an order where every edge goes forward.
 
     Edges never go back in time (those were dropped), so start order is one, except among nodes
     that start at the same instant (a collective's arrival at its trigger instruction's start):
-    those are layered by their longest chain of same-instant edges first. Kahn's algorithm is
-    the fallback for cycles; edges left in a cycle are ignored for ordering and counted.
+    those are layered by their longest chain of same-instant edges first (``same_start``: those
+    edges' sources and destinations, in any order). Kahn's algorithm is the fallback for cycles;
+    edges left in a cycle are ignored for ordering and counted.
     """
     n = len(start)
-    tie = start[src] == start[dst]
-    s_tie, d_tie = src[tie], dst[tie]
-    del tie
+    s_tie, d_tie = same_start
     level = _same_start_levels(n, s_tie, d_tie)
     # By start, level, role priority, end; lexsort is stable: ties keep node id order.
     order = _time_order(start, level, _ROLE_PRIORITY[role], end)
