@@ -84,8 +84,8 @@ def keep_freed_memory() -> None:
     4 ranks x 1M instructions spent a third of its CPU time in the kernel zeroing the pages of
     its temporaries. :func:`release_free_memory` still returns the free pages when called. The
     peak resident size grows a little (freed blocks wait for reuse). One arena for every
-    thread: blocks freed in a rule thread's own arena could not serve the next thread's (on
-    4 x 1M, threads with an arena each peaked at 4.37-4.46 GB, with one at 4.20). glibc only;
+    thread: blocks freed in a rule thread's own arena could not serve the next thread's (on the
+    clean-room writer's 4 x 1M job, threads with an arena each peaked at 4.37-4.46 GB, with one at 4.20). glibc only;
     elsewhere nothing."""
     mallopt = _libc_function("mallopt")
     if mallopt is not None:

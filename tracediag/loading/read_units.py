@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracediag.io import worker_pool
+from tracediag.io.release_memory import inputs_are_big
 from tracediag.loading import cache
 from tracediag.model import schema as S
 from tracediag.model.assembly import RankPart
@@ -196,33 +197,33 @@ def _dispatch(
             i: client.submit(read_unit, *_worker_args(units[i], None), pure=False) for i in misses
         }
     workers = min(len(misses), jobs or os.cpu_count() or 1)
-    if workers < 2:
+    kind = _parallel_kind(units, misses, jobs) if workers >= 2 else None
+    if kind is None:
         return {}
-    if jobs is not None or _pool_pays(units, misses):
-        pool = ProcessPoolExecutor(workers, mp_context=worker_pool.start_context())
-    elif _threads_pay(units, misses):
+    if kind == "threads":
         pool = ThreadPoolExecutor(workers, thread_name_prefix="tracediag-read")
     else:
-        return {}
+        pool = ProcessPoolExecutor(workers, mp_context=worker_pool.start_context())
     futures = {i: pool.submit(read_unit, *_worker_args(units[i], root)) for i in misses}
     pool.shutdown(wait=False)  # workers exit once the submitted reads are done
     return futures
 
 
-def _pool_pays(units: list[Unit], misses: list[int]) -> bool:
-    """Whether an unset ``jobs`` reads the misses in a pool (module docstring)."""
-    cores = os.cpu_count() or 1
-    return cores > SERIAL_AT_CORES and _input_bytes(units, misses) >= POOL_MIN_BYTES
-
-
-def _threads_pay(units: list[Unit], misses: list[int]) -> bool:
-    """Whether an unset ``jobs`` that reads serially in processes reads the misses in threads
-    instead: enough input, and readers whose work runs without the GIL (``READS_IN_THREADS``:
-    Arrow's Parquet decoding and numpy). No parts are pickled; on 2 cores, 4 ranks x 1M Neuron
-    instructions read in 7.75 s serially and 4.70 s in 2 threads (peak 1.47 -> 2.00 GB)."""
-    return _input_bytes(units, misses) >= POOL_MIN_BYTES and all(
-        getattr(units[i].reader, "READS_IN_THREADS", False) for i in misses
-    )
+def _parallel_kind(units: list[Unit], misses: list[int], jobs: int | None) -> str | None:
+    """How the misses are read (module docstring): ``"processes"``, ``"threads"`` or None
+    (serially). Threads where processes do not pay and the readers' work runs without the GIL
+    (``READS_IN_THREADS``: Arrow's Parquet decoding and numpy): no parts are pickled; on 2
+    cores, 4 ranks x 1M Neuron instructions (the clean-room writer's) read in 7.75 s serially
+    and 4.70 s in 2 threads (peak 1.47 -> 2.00 GB)."""
+    if jobs is not None:
+        return "processes"
+    if not inputs_are_big([str(units[i].path) for i in misses], POOL_MIN_BYTES):
+        return None
+    if (os.cpu_count() or 1) > SERIAL_AT_CORES:
+        return "processes"
+    if all(getattr(units[i].reader, "READS_IN_THREADS", False) for i in misses):
+        return "threads"
+    return None
 
 
 def _worker_args(unit: Unit, root: Path | None) -> tuple:
@@ -255,15 +256,6 @@ def _outcome(
     if remote and unit.key is not None:
         cache.store_parts(unit.key, value, root)
     return value
-
-
-def _input_bytes(units: list[Unit], which: list[int]) -> int:
-    total = 0
-    for i in which:
-        path = units[i].path
-        files = [path] if path.is_file() else (p for p in path.rglob("*") if p.is_file())
-        total += sum(f.stat().st_size for f in files)
-    return total
 
 
 def _dask_client(address: str):
