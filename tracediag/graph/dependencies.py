@@ -33,7 +33,8 @@ BODY, ARRIVAL, INSTANCE, COMPLETION = 0, 1, 2, 3
 PROGRAM_ORDER, DEPENDENCY, DMA_TRIGGER, LAUNCH, FLOW, SYNC = 0, 1, 2, 3, 4, 5
 COLL_ARRIVAL, COLL_START, SYNC_DONE = 6, 7, 8
 STREAM_WAIT, THREAD_HANDOFF, DEVICE_WAIT, DISPATCH_WAIT = 9, 10, 11, 12  # inferred (idle_waits)
-RECEIVE_USE, QUEUE_WAIT = 13, 14  # inferred (receive_uses, dma_queue_waits)
+RECEIVE_USE, QUEUE_WAIT, WEIGHT_READ = 13, 14, 15  # inferred (receive_uses, dma_queue_waits,
+# weight_reads)
 EDGE_CODE_NAMES = (
     "program_order",
     "dependency",
@@ -50,6 +51,7 @@ EDGE_CODE_NAMES = (
     "dispatch_wait",
     "receive_use",
     "queue_wait",
+    "weight_read",
 )
 _FORMAT_EDGE_CODES = {
     "dependency": DEPENDENCY,
@@ -63,6 +65,7 @@ _FORMAT_EDGE_CODES = {
     "dispatch_wait": DISPATCH_WAIT,
     "receive_use": RECEIVE_USE,
     "queue_wait": QUEUE_WAIT,
+    "weight_read": WEIGHT_READ,
 }
 
 

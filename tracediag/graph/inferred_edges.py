@@ -20,6 +20,9 @@
 - ``receive_use`` (:mod:`tracediag.graph.receive_uses`): a point-to-point receive that arrived
   before its reader was ready, bound to the reader the link's other receives show (the same
   code consumes every buffer a link delivers).
+- ``weight_read`` (:mod:`tracediag.graph.weight_reads`): a layer's weight transfer bound to the
+  Tensor-engine instruction at its share of the layer's weights, where the rank records no
+  transfer's reader (legacy JSON, the CSV export).
 
 A stall is explained only by a recorded predecessor that ends within the tolerance of the
 waiter's start, not by one that ends anywhere inside the stall.
@@ -42,6 +45,7 @@ from tracediag.graph.wait_evidence import (
     THREAD_HANDOFF,
     empty_evidence_frame,
 )
+from tracediag.graph.weight_reads import WEIGHT_READ, weight_read_edges
 from tracediag.model import schema as S
 
 #: Slack for the last ns of a semaphore signal (the wait ends just after the producer ends).
@@ -56,6 +60,7 @@ INFERRED_EDGE_KINDS = (
     DISPATCH_WAIT,
     RECEIVE_USE,
     QUEUE_WAIT,
+    WEIGHT_READ,
 )
 #: Each kind's inference, as the evidence names it.
 INFERENCE_OF_KIND = {
@@ -66,6 +71,7 @@ INFERENCE_OF_KIND = {
     DISPATCH_WAIT: "host_to_device_dispatch",
     RECEIVE_USE: "repeated_receive_consumer",
     QUEUE_WAIT: "dma_queue_order",
+    WEIGHT_READ: "layer_weight_order",
 }
 
 
@@ -80,6 +86,7 @@ def infer_edges(trace: S.Trace) -> pd.DataFrame:
         more = (
             queue_wait_edges(trace, recorded[0], recorded[1]),
             receive_use_edges(trace, known, recorded[0], recorded[1]),
+            weight_read_edges(trace),
         )
         parts += [f for f in more if len(f)]
     out = pd.concat(parts, ignore_index=True) if parts else empty_evidence_frame()

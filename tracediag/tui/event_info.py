@@ -31,6 +31,7 @@ EDGE_WORDS = {
     "dispatch_wait": "an inferred dispatch by the host",
     "receive_use": "an inferred read of a received buffer",
     "queue_wait": "an inferred wait for its DMA queue",
+    "weight_read": "an inferred read of a layer's weights",
 }
 
 
