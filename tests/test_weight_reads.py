@@ -19,12 +19,14 @@ US = 1_000
 KIB = 1024
 
 
-def _layer(mlp_end_ns: int = 3 * US, mlp_name: str = "layers.0.mlp.weight"):
-    """Two weight transfers of layer_0 (attn: 8 KiB, lands at 2 us; mlp: 8 KiB, lands at
-    ``mlp_end_ns``) and four tensor-engine instructions of the layer at 6, 7, 8 and 9 us."""
+def _layer(
+    mlp_end_ns: int = 3 * US, mlp_name: str = "layers.0.mlp.weight", attn_bytes: float = 8 * KIB
+):
+    """Two weight transfers of layer_0 (attn: ``attn_bytes``, lands at 2 us; mlp: 8 KiB, lands
+    at ``mlp_end_ns``) and four tensor-engine instructions of the layer at 6, 7, 8 and 9 us."""
     r = RankSpec(0)
-    attn = r.add("layers.0.attn.weight", "qSyncDynamicHW/ring0", "dma", 0, 2 * US, bytes=8 * KIB,
-                 layer="layer_0", transfer=0)  # fmt: skip
+    attn = r.add("layers.0.attn.weight", "qSyncDynamicHW/ring0", "dma", 0, 2 * US,
+                 bytes=attn_bytes, layer="layer_0", transfer=0)  # fmt: skip
     mlp = r.add(mlp_name, "qSyncDynamicHW/ring1", "dma", 1 * US, mlp_end_ns, bytes=8 * KIB,
                 layer="layer_0", transfer=1)  # fmt: skip
     reads = [
@@ -50,6 +52,13 @@ def test_each_transfer_binds_to_the_instruction_at_its_share_of_the_layers_weigh
     preds = slice(g.pred_ptr[node], g.pred_ptr[node + 1])
     assert (g.pred_src[preds] == g.event_in_node[mlp]).any()
     assert G.WEIGHT_READ in g.pred_code[preds].tolist()
+
+
+def test_shares_follow_the_bytes_and_are_equal_without_them():
+    r, attn, mlp, reads = _layer(attn_bytes=24 * KIB)  # mlp after 24 of 32 KiB: 3 of 4
+    assert _reads(build(r))[[S.SRC, S.DST]].values.tolist() == [[attn, reads[0]], [mlp, reads[3]]]
+    r, attn, mlp, reads = _layer(attn_bytes=float("nan"))  # a size unknown: equal shares
+    assert _reads(build(r))[[S.SRC, S.DST]].values.tolist() == [[attn, reads[0]], [mlp, reads[2]]]
 
 
 def test_a_transfer_landing_after_its_share_starts_and_other_tensors_bind_nothing():
@@ -100,3 +109,11 @@ def test_exposed_tp_allreduce_in_legacy_json_keeps_its_weights_waits(tmp_path, s
     (f,) = [f for f in d.findings if f.code in ("COL202", "COL203")]
     assert f.code == "COL203"
     assert abs(f.saving_ns - fault["saving_total_ns"]) <= 0.15 * fault["saving_total_ns"]
+
+
+def test_a_transfer_on_several_rings_binds_from_its_packet_that_landed_last():
+    r, attn, mlp, reads = _layer()
+    late = r.add("layers.0.attn.weight", "qSyncDynamicHW/ring2", "dma", 0, 2 * US + 300,
+                 bytes=8 * KIB, layer="layer_0", transfer=0)  # fmt: skip
+    # attn is now 16 KiB in two packets: mlp lands after 16 of 24 KiB, at read ceil(8/3) = 3.
+    assert _reads(build(r))[[S.SRC, S.DST]].values.tolist() == [[late, reads[0]], [mlp, reads[3]]]

@@ -18,8 +18,8 @@ the first one read). Within a run the transfers are taken in the order they land
 to the instruction at its share of the run's weight bytes: the transfer after C of the run's T
 bytes to instruction ceil(C / T * n) of the run's n. Landing order, not issue order: the engine
 reads in program order, so when it has read k transfers' worth, k transfers have landed,
-whichever they are (blocks issued together land in any order). Kept only where the transfer ended before that instruction started: one that ended
-later was not what it read.
+whichever they are (blocks issued together land in any order). Kept only where the transfer
+ended before that instruction started: one that ended later was not what it read.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def weight_read_edges(trace: S.Trace) -> pd.DataFrame:
     ts = ev[S.TS].to_numpy(dtype=np.int64)
     end = ts + ev[S.DUR].to_numpy(dtype=np.int64)
     runs = _runs(readers, track, layer, ts, rank)
-    tr = _transfers(np.flatnonzero(weight), ev, rank, layer, ts, end)
+    tr = _transfers(np.flatnonzero(weight), ev, rank, layer, end)
     # Each transfer's run: the first of its rank and layer whose last instruction starts after
     # the transfer ended (a prefetch lands before its run; a layer's later weights mid-run).
     key_runs = runs["rank"] * (layer.max() + 1) + runs["layer"]
@@ -84,7 +84,9 @@ def weight_read_edges(trace: S.Trace) -> pd.DataFrame:
     before = cum - tr["bytes"] - np.maximum.accumulate(np.where(first, cum - tr["bytes"], 0))
     total = np.bincount(run_of, weights=tr["bytes"], minlength=len(runs["n"]))[run_of]
     n = runs["n"][run_of]
-    pos = np.minimum(np.ceil(before / np.maximum(total, 1) * n).astype(np.int64), n - 1)
+    # ceil(before / total * n) in integers: a float's last bit must not move a read by one.
+    whole = np.maximum(np.rint(total).astype(np.int64), 1)
+    pos = np.minimum(-(-np.rint(before).astype(np.int64) * n // whole), n - 1)
     reader = runs["members"][runs["first"][run_of] + pos]
     keep = tr["end"] <= ts[reader]
     src, dst = tr["last_packet"][keep], reader[keep]
@@ -124,26 +126,31 @@ def _runs(readers, track, layer, ts, rank) -> dict:
     }
 
 
-def _transfers(packets, ev, rank, layer, ts, end) -> dict:
+def _transfers(packets, ev, rank, layer, end) -> dict:
     """One row per weight transfer (packets of one transfer id on one rank): its rank, layer,
-    issue (first packet's start), end, bytes and the packet that ended last."""
-    transfer = ev[S.TRANSFER].to_numpy(dtype=np.int64)[packets]
+    end, bytes and the packet that ended last."""
+    transfer = (
+        ev[S.TRANSFER].to_numpy(dtype=np.int64)[packets]
+        if S.TRANSFER in ev
+        else np.full(len(packets), -1, dtype=np.int64)
+    )
     group = pd.factorize(pd.MultiIndex.from_arrays([rank[packets], transfer]))[0]
     # Packets without a transfer id are a transfer each.
     group = np.where(transfer >= 0, group, group.max() + 1 + np.arange(len(packets)))
     group = pd.factorize(group)[0]
     by_end = stable_order_by(group, end[packets])
     last = packets[by_end][np.r_[np.diff(group[by_end]) != 0, True]]
-    nbytes = ev[S.BYTES].to_numpy(dtype=np.float64)[packets]
+    nbytes = (
+        ev[S.BYTES].to_numpy(dtype=np.float64)[packets]
+        if S.BYTES in ev
+        else np.full(len(packets), np.nan)
+    )
     size = np.bincount(group, weights=np.nan_to_num(nbytes))
     if not (np.isfinite(nbytes) & (nbytes > 0)).all():
         size = np.ones(group.max() + 1)  # without sizes, each transfer an equal share
-    issue = np.full(group.max() + 1, np.iinfo(np.int64).max)
-    np.minimum.at(issue, group, ts[packets])
     return {
         "rank": rank[last],
         "layer": layer[last],
-        "issue": issue,
         "end": end[last],
         "bytes": size,
         "last_packet": last,
