@@ -73,7 +73,7 @@ from tracediag.parsers.neuron_parquet_sniff import (  # noqa: F401 (the reader's
     DEFAULT_HARDWARE,
     FORMAT,
     NEURON_DEVICE_PROFILE,
-    READS_IN_THREADS,
+    POOL_ON_FEW_CORES,
     _profile_children,
     _profiles_root,
     sniff,

@@ -18,8 +18,9 @@ FORMAT = "neuron-parquet"
 NEURON_DEVICE_PROFILE = True
 #: The hardware a profile that names none ran on (the documented default target).
 DEFAULT_HARDWARE = "trn1"
-#: Ranks may be read in threads: the time is Arrow's decoding and numpy's, without the GIL.
-READS_IN_THREADS = True
+#: Ranks are read in worker processes even on 2 cores (tracediag.loading.read_units): the
+#: per-rank parsing holds the GIL for much of its time, and a part pickles back cheaply.
+POOL_ON_FEW_CORES = True
 #: File suffixes of other trace formats: a parent directory holding one beside its profiles is
 #: left to the loader's one-level expansion, so that those files are read too.
 _OTHER_TRACE_SUFFIXES = (".json", ".json.gz", ".pftrace", ".perfetto-trace", ".pb", ".pb.gz")

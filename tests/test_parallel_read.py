@@ -95,16 +95,11 @@ def test_two_cores_read_serially_unless_jobs_is_given(in_samples, monkeypatch):
     assert [a[0] for a in started] == [2]  # two files: two workers
 
 
-def test_two_cores_read_parquet_ranks_in_threads_the_same_trace(in_samples, monkeypatch):
+def test_two_cores_read_parquet_ranks_in_processes_the_same_trace(in_samples, monkeypatch):
     job = JOBS["neuron-parquet"]
     serial = load([job], cache=False, jobs=1)
-    threads, processes = [], []
-    real_threads, real_processes = parallel.ThreadPoolExecutor, parallel.ProcessPoolExecutor
-    monkeypatch.setattr(
-        parallel,
-        "ThreadPoolExecutor",
-        lambda *a, **kw: threads.append(a) or real_threads(*a, **kw),
-    )
+    processes = []
+    real_processes = parallel.ProcessPoolExecutor
     monkeypatch.setattr(
         parallel,
         "ProcessPoolExecutor",
@@ -112,13 +107,13 @@ def test_two_cores_read_parquet_ranks_in_threads_the_same_trace(in_samples, monk
     )
     monkeypatch.setattr(parallel.os, "cpu_count", lambda: 2)
     assert_same_trace(serial, load([job], cache=False))  # under POOL_MIN_BYTES: serial
-    assert threads == processes == []
+    assert processes == []
     monkeypatch.setattr(parallel, "POOL_MIN_BYTES", 0)
-    threaded = load([job], cache=False)
-    assert [a[0] for a in threads] == [2] and processes == []  # two ranks, two threads
-    assert_same_trace(serial, threaded)
-    load([JOBS["chrome"]], cache=False)  # decoding JSON holds the GIL: no threads
-    assert len(threads) == 1 and processes == []
+    pooled = load([job], cache=False)
+    assert [a[0] for a in processes] == [2]  # two ranks, two workers
+    assert_same_trace(serial, pooled)
+    load([JOBS["chrome"]], cache=False)  # no POOL_ON_FEW_CORES: read serially on 2 cores
+    assert len(processes) == 1
 
 
 def test_a_worker_error_is_the_serial_error(broken_job):

@@ -7,9 +7,8 @@ never pay for a worker process or for shipping frames back; only misses are disp
 
 - serially when there is one miss, ``jobs == 1``, or (``jobs`` unset) less input than
   :data:`POOL_MIN_BYTES`, where starting processes costs more than it saves, or a machine of
-  :data:`SERIAL_AT_CORES` cores or fewer;
-- there, in threads instead when the readers' work runs without the GIL (``READS_IN_THREADS``,
-  Neuron Parquet) and the input is that big;
+  :data:`SERIAL_AT_CORES` cores or fewer, unless its readers declare ``POOL_ON_FEW_CORES``
+  (Neuron Parquet, whose ranks pay for their workers even there);
 - to a process pool of ``min(misses, jobs or cpu_count)`` workers, which write their cache
   entries themselves (same machine, in parallel);
 - to a Dask cluster (``scheduler``), whose results the caller caches, as its workers need not
@@ -38,11 +37,14 @@ from tracediag.model.errors import TraceInputError, UsageError
 
 #: Below this much input (bytes, all units together) an unset ``jobs`` reads serially.
 POOL_MIN_BYTES = 16 << 20
-#: On this few cores an unset ``jobs`` reads serially: the workers' fresh heaps, pickling the
-#: parts and unpickling them in the main process cost more than the parallel reads gain. The
-#: clean-room Neuron job of 4 ranks x 1M instructions on 2 cores, quiet (load 0.1), alternating:
-#: pool 40.9 and 38.6 CPU s, 34.3 and 33.0 s wall, 3.93 GB; serial 33.6 and 32.7 CPU s, 33.0 and
-#: 32.1 s wall, 3.78 GB.
+#: On this few cores an unset ``jobs`` reads serially, unless the readers declare
+#: ``POOL_ON_FEW_CORES``: the workers' fresh heaps, pickling the parts and unpickling them in the
+#: main process cost about what the parallel reads gain. Neuron Parquet pays: the clean-room
+#: writer's jobs on 2 cores, `report --no-cache` alternating, reading in 2 worker processes
+#: against 2 threads: 64 ranks x 100k instructions 37.8-38.7 s against 45.1-46.1 s, 4 x 1M
+#: 18.0-19.7 s (median 18.35) against 18.4-21.5 s (median 18.78) with a peak of 3.33-3.44 GB
+#: against 3.74-3.83 GB (the reads' garbage stays in the workers' heaps). Threads had read 4 x 1M
+#: in 4.7 s against 7.75 s serially, but the per-rank parsing holds the GIL for much of it.
 SERIAL_AT_CORES = 2
 #: Seconds to wait for a Dask scheduler before saying it is unreachable.
 CONNECT_TIMEOUT_S = 5
@@ -197,33 +199,23 @@ def _dispatch(
             i: client.submit(read_unit, *_worker_args(units[i], None), pure=False) for i in misses
         }
     workers = min(len(misses), jobs or os.cpu_count() or 1)
-    kind = _parallel_kind(units, misses, jobs) if workers >= 2 else None
-    if kind is None:
+    if workers < 2 or not _pooled(units, misses, jobs):
         return {}
-    if kind == "threads":
-        pool = ThreadPoolExecutor(workers, thread_name_prefix="tracediag-read")
-    else:
-        pool = ProcessPoolExecutor(workers, mp_context=worker_pool.start_context())
+    pool = ProcessPoolExecutor(workers, mp_context=worker_pool.start_context())
     futures = {i: pool.submit(read_unit, *_worker_args(units[i], root)) for i in misses}
     pool.shutdown(wait=False)  # workers exit once the submitted reads are done
     return futures
 
 
-def _parallel_kind(units: list[Unit], misses: list[int], jobs: int | None) -> str | None:
-    """How the misses are read (module docstring): ``"processes"``, ``"threads"`` or None
-    (serially). Threads where processes do not pay and the readers' work runs without the GIL
-    (``READS_IN_THREADS``: Arrow's Parquet decoding and numpy): no parts are pickled; on 2
-    cores, 4 ranks x 1M Neuron instructions (the clean-room writer's) read in 7.75 s serially
-    and 4.70 s in 2 threads (peak 1.47 -> 2.00 GB)."""
+def _pooled(units: list[Unit], misses: list[int], jobs: int | None) -> bool:
+    """Whether the misses are read in a process pool (module docstring), else serially."""
     if jobs is not None:
-        return "processes"
+        return True
     if not inputs_are_big([str(units[i].path) for i in misses], POOL_MIN_BYTES):
-        return None
+        return False
     if (os.cpu_count() or 1) > SERIAL_AT_CORES:
-        return "processes"
-    if all(getattr(units[i].reader, "READS_IN_THREADS", False) for i in misses):
-        return "threads"
-    return None
+        return True
+    return all(getattr(units[i].reader, "POOL_ON_FEW_CORES", False) for i in misses)
 
 
 def _worker_args(unit: Unit, root: Path | None) -> tuple:
