@@ -134,10 +134,10 @@ def _transfers(packets, ev, rank, layer, end) -> dict:
         if S.TRANSFER in ev
         else np.full(len(packets), -1, dtype=np.int64)
     )
-    group = pd.factorize(pd.MultiIndex.from_arrays([rank[packets], transfer]))[0]
-    # Packets without a transfer id are a transfer each.
-    group = np.where(transfer >= 0, group, group.max() + 1 + np.arange(len(packets)))
-    group = pd.factorize(group)[0]
+    # A packet without a transfer id is a transfer of its own (a negative key of its own, as
+    # analysis.dma.per_transfer keys it).
+    key = np.where(transfer >= 0, transfer, -1 - packets)
+    group = pd.factorize(pd.MultiIndex.from_arrays([rank[packets], key]))[0]
     by_end = stable_order_by(group, end[packets])
     last = packets[by_end][np.r_[np.diff(group[by_end]) != 0, True]]
     nbytes = (
