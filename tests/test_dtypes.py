@@ -137,3 +137,21 @@ def test_real_traces_matmul_dtypes(name):
     for dtype, count in REAL[name].items():
         assert found[dtype] == count, found
     assert "unknown" not in found
+
+
+def test_operand_dtypes_of_a_program_seen_before_come_from_its_cache(monkeypatch):
+    monkeypatch.setattr(dtypes, "_OPERAND_CODES", {})
+    first = pd.Categorical(["src=fp32@a", "dtype=bfloat16", "src=fp32@a", "none"])
+    # Another rank of the same program: the same texts, other rows.
+    again = pd.Categorical(["none", "src=fp32@a"], categories=first.categories)
+    assert _names(dtypes.from_operands(first)) == ["fp32", "bf16", "fp32", "unknown"]
+    assert len(dtypes._OPERAND_CODES) == 1
+    assert _names(dtypes.from_operands(again)) == ["unknown", "fp32"]
+    assert len(dtypes._OPERAND_CODES) == 1  # found, not matched again
+    # The same texts in another order are another list, with codes of their own.
+    other = pd.Categorical(["dtype=bfloat16"], categories=["none", "dtype=bfloat16", "src=fp32@a"])
+    assert _names(dtypes.from_operands(other)) == ["bf16"]
+    assert len(dtypes._OPERAND_CODES) == 2
+    for i in range(dtypes._CACHED_LISTS + 3):  # bounded: full, it starts again
+        dtypes.from_operands(pd.Categorical([f"dtype=fp{i}"]))
+    assert len(dtypes._OPERAND_CODES) <= dtypes._CACHED_LISTS
