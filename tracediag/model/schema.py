@@ -265,7 +265,6 @@ def validate(trace: Trace) -> Trace:
     Raises :class:`SchemaError` on anything a rule could not trust: missing columns, negative
     durations, dangling edge or track references, unknown kinds.
     """
-    import numpy as np
     import pandas as pd
 
     ev = _coerce(trace.events, EVENT_REQUIRED, required=True)
@@ -281,16 +280,16 @@ def validate(trace: Trace) -> Trace:
     if len(ev) and (ev[TRACK].to_numpy() < 0).any() | (ev[TRACK].to_numpy() >= len(tr)).any():
         raise SchemaError("events refer to unknown tracks")
     ed = _coerce(trace.edges, EDGE_COLUMNS, required=True)
-    if len(ed):
-        ends = np.concatenate([ed[SRC].to_numpy(), ed[DST].to_numpy()])
-        if ends.min() < 0 or ends.max() >= len(ev):
+    if len(ed):  # each end column's range (no array of both: on 12M edges, 0.26 s of faults)
+        src, dst = ed[SRC].to_numpy(), ed[DST].to_numpy()
+        if min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= len(ev):
             raise SchemaError("edges refer to unknown events")
     co = _coerce(trace.collectives, COLLECTIVE_COLUMNS, required=True)
     if len(co):
         evs = co[EVENT].to_numpy()
         if evs.min() < 0 or evs.max() >= len(ev):
             raise SchemaError("collectives refer to unknown events")
-    missing = set(np.unique(ev[RANK].to_numpy()).tolist()) - set(trace.meta)
+    missing = set(pd.unique(ev[RANK].to_numpy()).tolist()) - set(trace.meta)  # (hashed: no sort)
     if missing:
         raise SchemaError(f"events of ranks without meta: {sorted(missing)}")
     trace.events, trace.tracks, trace.edges, trace.collectives = ev, tr, ed, co
