@@ -69,7 +69,7 @@ class HostBoundGaps(Rule):
         from tracediag.analysis.peers import device_ranks
         from tracediag.graph.changes import WhatIf
         from tracediag.rules.hst402_host_device_syncs import warmup_note
-        from tracediag.whatif.saving_limit import limit_clause
+        from tracediag.whatif.saving_limit import limit_clause, most_saved_ns
 
         seg = ctx.path.segments
         on_host = (seg["category"] == "host").to_numpy()
@@ -143,6 +143,8 @@ class HostBoundGaps(Rule):
             # gap), then takes its typical delay: the change removes the stall's excess over
             # the typical delay and no more (the wait is kept, not traded for the delay).
             change = WhatIf.gaps(n, busy[members] + typical[members])
+            if max(ctx.pct(impact), ctx.pct(most_saved_ns(g, change))) < opts["min_impact_pct"]:
+                continue  # below the threshold whatever the replay says: not replayed
             saving = ctx.what_if(change)
             if max(ctx.pct(impact), ctx.pct(saving)) < opts["min_impact_pct"]:
                 continue

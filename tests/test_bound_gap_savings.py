@@ -18,16 +18,20 @@ import pandas as pd
 import pytest
 
 from tests.kernel_fixtures import diagnosed_kernels
+from tests.trace_factory import RankSpec, build
 from tracediag.analysis.bounds import GAPS
+from tracediag.analysis.context import analyse
 from tracediag.generator.kernel_program import KernelShape, build_kernel, packet_durations
 from tracediag.generator.kernels import _CAUSES, KERNEL_SCENARIOS
 from tracediag.generator.program import DMA, INSTR
 from tracediag.generator.simulate import list_schedule
+from tracediag.graph.changes import WhatIf
 from tracediag.report.bounds_precision import gap_rows
 from tracediag.report.html import render_html
 from tracediag.report.markdown import render_markdown
 from tracediag.report.text import render_text
 from tracediag.whatif import bound_gaps
+from tracediag.whatif.saving_limit import most_saved_ns
 
 
 @pytest.fixture(scope="module")
@@ -164,3 +168,23 @@ def test_over_budget_the_savings_are_unknown_and_say_why(kernels):
     assert table.loc[0, "transpose_overhead_saving_ns"] == 0  # a gap of 0 needs no replay
     # dma_idle is also serialization (the DMA is the busiest engine): 5 distinct replays.
     assert note == "not replayed: 5 replays of a 1,280-node graph exceed the budget"
+
+
+def test_the_most_a_change_can_save_is_what_it_takes_off_its_nodes():
+    spec = RankSpec(0)
+    spec.add("mm0", "tensor", "compute", 0, 100)
+    spec.add("mm1", "tensor", "compute", 400, 500)  # 300 ns after mm0
+    spec.add("mm2", "tensor", "compute", 550, 600)  # 50 ns after mm1
+    a = analyse(build(spec), {})
+    g = a.graph
+    nodes = np.flatnonzero(g.gap > 0)
+    assert sorted(g.gap[nodes].tolist()) == [50, 300]
+    # Gaps cut to 10 ns: 290 + 40 off; one raised: nothing off it; durations cut count too.
+    assert most_saved_ns(g, WhatIf.gaps(nodes, [10, 10])) == 330
+    assert most_saved_ns(g, WhatIf.gaps(nodes, [g.gap[nodes[0]] + 5, 0])) == int(g.gap[nodes[1]])
+    mm0 = int(np.flatnonzero(g.start == 0)[0])
+    assert most_saved_ns(g, WhatIf.durations([mm0], [40])) == 60
+    # What the replay saves stays within it.
+    change = WhatIf.gaps(nodes, [10, 10])
+    assert a.what_if(change) == 330 <= most_saved_ns(g, change)
+    assert most_saved_ns(g, WhatIf.released(nodes[:1], [0])) is None

@@ -38,6 +38,7 @@ from tracediag.graph.changes import WhatIf, joint
 from tracediag.graph.dependencies import SYNC_DONE
 from tracediag.graph.replay import replay
 from tracediag.loading.loader import load
+from tracediag.whatif.saving_limit import most_saved_ns
 
 GLOO = Path(__file__).parent / "data" / "real_gloo"
 REAL_PATTERNS = ("kineto_*.json.gz", "*.perfetto-trace", "*.xplane.pb")
@@ -188,6 +189,9 @@ def test_each_saving_is_its_own_change_and_within_what_it_removes(checked):
     length = a.length_ns
     for change, saving in checked.calls:
         assert 0 <= saving <= min(removable_ns(a.graph, change), length) + SLACK_NS
+        # The bound rules use to skip replays that cannot reach their threshold is this one.
+        bound = most_saved_ns(a.graph, change)
+        assert bound is None or bound >= removable_ns(a.graph, change)
     for f in checked.findings:
         if f.saving_ns <= 0:
             continue

@@ -79,6 +79,16 @@ def limit_clause(ctx, change: WhatIf | None, saving_ns: int, impact_ns: int) -> 
     )
 
 
+def most_saved_ns(graph, change: WhatIf) -> int | None:
+    """The most any replay of ``change`` can save: the ns it takes off its nodes (a node's start
+    moves earlier by no more than the durations and gaps cut on its way), so a rule whose
+    threshold even this misses need not replay it. None for a change that releases completions
+    (it changes the graph, not only times)."""
+    if change.release_nodes is not None and len(change.release_nodes):
+        return None
+    return _removed(graph, change)[0]
+
+
 def _removed(g, change: WhatIf) -> tuple[int, np.ndarray]:
     """ns the change takes off its nodes (durations and gaps cut, never added), and the nodes."""
     nodes = []
