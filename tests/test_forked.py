@@ -94,3 +94,14 @@ def test_rules_shared_with_a_child_find_what_serial_rules_find(sample, may_fork,
     # The changes behind the savings came back in rule order: the joint saving is the same.
     assert list(shared.analysis.changes) == list(serial.analysis.changes)
     assert shared.to_dict() == serial.to_dict()
+
+
+def test_a_process_that_ignores_its_children_still_gets_the_results(may_fork):
+    import signal
+
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped by the kernel
+    try:
+        out = forked.map_with_child(lambda x: (time.sleep(0.02), x)[1], range(6), events=EVENTS)
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+    assert out == list(range(6))

@@ -80,7 +80,8 @@ def map_with_child(fn: Callable[[T], R], items: Sequence[T], *, events: int) -> 
             outcomes.update(pickle.loads(receive.recv_bytes()))
     finally:
         receive.close()  # first: a child still sending then fails instead of waiting forever
-        os.waitpid(pid, 0)
+        with contextlib.suppress(ChildProcessError):  # reaped already (SIGCHLD ignored)
+            os.waitpid(pid, 0)
         if frozen_here:
             gc.unfreeze()
     results = []
