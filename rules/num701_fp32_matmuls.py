@@ -54,17 +54,17 @@ class Fp32Matmuls(Rule):
 
         trace = ctx.trace
         ev = trace.events
-        matmul = dtypes.matmul_events(trace)
-        if not matmul.any():
+        work = ctx.matmul_work
+        matmul, dt = work.mask, work.dtypes
+        if dt is None:  # no matmul
             return
-        dt = dtypes.event_dtypes(trace)
         # Tested per dtype code (-1: unknown) and indexed by event, not per event's name.
         each_code = pd.Categorical.from_codes(np.arange(-1, len(dt.categories)), dtype=dt.dtype)
         slow_code = np.isin(dtypes.names(each_code), dtypes.SLOW)
         slow = matmul & slow_code[dt.codes + 1]
         if not slow.any():  # no matmul in a slow dtype: no need for the model's dtype per rank
             return
-        table = dtypes.tensor_work_by_dtype(trace, matmul, dt)
+        table = work.table
         fast_dtype = _model_dtype(table, opts["min_fast_share"])
         if not fast_dtype:
             return

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tracediag.engine import diagnose as diagnose_module
 from tracediag.engine import forked
 from tracediag.engine.config import Config
 from tracediag.engine.diagnose import diagnose
@@ -77,6 +78,7 @@ def test_small_big_and_threaded_traces_stay_in_this_process(may_fork, monkeypatc
 @pytest.mark.parametrize("sample", ["chrome_straggler/chrome", "neuron_parquet_straggler/parquet"])
 def test_rules_shared_with_a_child_find_what_serial_rules_find(sample, may_fork, monkeypatch):
     serial = diagnose(load([SAMPLES / sample], cache=False), Config())
+    serial_parts = set(serial.analysis.__dict__)  # before the report builds more
     monkeypatch.setattr(forked, "FORK_FROM_EVENTS", 0)
     forks = []
     real_fork = os.fork
@@ -89,11 +91,15 @@ def test_rules_shared_with_a_child_find_what_serial_rules_find(sample, may_fork,
 
     monkeypatch.setattr(forked.os, "fork", recording_fork)
     shared = diagnose(load([SAMPLES / sample], cache=False), Config())
+    shared_parts = set(shared.analysis.__dict__)
     assert len(forks) == 1
     assert shared.findings and shared.findings == serial.findings
     # The changes behind the savings came back in rule order: the joint saving is the same.
     assert list(shared.analysis.changes) == list(serial.analysis.changes)
     assert shared.to_dict() == serial.to_dict()
+    # The small cached parts the rules built are here, whichever process built them.
+    built = {k for k in diagnose_module._SENT_BACK if k in serial_parts}
+    assert built and built <= set(shared_parts)
 
 
 def test_a_process_that_ignores_its_children_still_gets_the_results(may_fork):

@@ -36,6 +36,7 @@ from tracediag.graph.replay import replay
 from tracediag.io.threads import map_in_threads
 from tracediag.model import schema as S
 from tracediag.model.findings import Finding, Severity
+from tracediag.model.numeric_formats import MatmulWork, matmul_work
 from tracediag.model.wording import share_of_path, share_of_steps
 
 
@@ -114,6 +115,12 @@ class Analysis:
     def peer_gap_medians(self) -> tuple[np.ndarray, np.ndarray]:
         """Per node with a binding predecessor, its peers' median gap (pace.peer_gap_medians)."""
         return peer_gap_medians(self)
+
+    @cached_property
+    def matmul_work(self) -> MatmulWork:
+        """The matmuls, every event's dtype and the matmuls' work per (rank, dtype)
+        (``numeric_formats.matmul_work``): NUM701 and the report's ``precision`` read one."""
+        return matmul_work(self.trace)
 
     @cached_property
     def dma(self) -> pd.DataFrame:

@@ -80,13 +80,19 @@ def _with_child(analysis, check, codes: list[str], events: int) -> list[list[Fin
     come back with the changes they were replayed with and the replays it ran, which the
     analysis then holds as if every rule had run here, in rule order."""
 
-    def run(code: str) -> tuple[list[Finding], dict, dict]:
+    def run(code: str) -> tuple[list[Finding], dict, dict, dict]:
         changes, replayed = set(analysis.changes), set(analysis.replayed)
+        built = set(analysis.__dict__)
         found = check(code)
         return (
             found,
             {k: v for k, v in analysis.changes.items() if k not in changes},
             {k: v for k, v in analysis.replayed.items() if k not in replayed},
+            {
+                k: analysis.__dict__[k]
+                for k in _SENT_BACK
+                if k not in built and k in analysis.__dict__
+            },
         )
 
     before = dict(analysis.changes)
@@ -94,9 +100,19 @@ def _with_child(analysis, check, codes: list[str], events: int) -> list[list[Fin
     done = dict(zip(claim_order, map_with_child(run, claim_order, events=events), strict=True))
     analysis.changes = before
     for code in codes:
-        analysis.changes.update(done[code][1])
-        analysis.replayed.update(done[code][2])
+        _, changes, replayed, parts = done[code]
+        analysis.changes.update(changes)
+        analysis.replayed.update(replayed)
+        for name, value in parts.items():  # the same as this process would build
+            analysis.__dict__.setdefault(name, value)
     return [done[code][0] for code in codes]
+
+
+#: The analysis' cached parts a rule run in the child sends back when it built them: the small
+#: ones the report reads too (a per-event array at most: the dtypes' int8 codes), so that the
+#: parent does not build them again (NUM701's dtypes of GPU kernel names, 27 ms of the report
+#: on df_index_resolver). Event-sized tables (ordinals, the DMA frame) are cheaper rebuilt.
+_SENT_BACK = ("matmul_work", "layout", "lateness", "track_labels", "peer_track_names")
 
 
 #: The rules that took longest on the real GPU traces (50-200 ms each on 25-51 MB Kineto

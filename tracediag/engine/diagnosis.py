@@ -142,7 +142,7 @@ class Diagnosis:
             },
             "layout": a.layout.to_dict(),
             "bounds": bounds_records(self.bounds_df),
-            "precision": precision_records(self.trace),
+            "precision": precision_records(self.trace, a.matmul_work),
             "steps": steps.to_dicts(),
             "step_summary": steps.summary(),
             "findings": self._findings_with_steps(),

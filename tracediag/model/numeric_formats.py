@@ -17,6 +17,7 @@ Every function works on a Categorical's few categories, never on one Python stri
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -410,14 +411,34 @@ def tensor_work_by_dtype(trace: S.Trace, mask: np.ndarray, dtypes: pd.Categorica
     return table.assign(dtype=table["dtype"].astype("str"))
 
 
-def precision_records(trace: S.Trace) -> list[dict]:
-    """The JSON report's ``precision``: per rank and format of its matmuls (tensor-engine
-    instructions, GPU matmul kernels), their count, summed time (ns) and FLOPs (0 where the
-    trace states none), rank then format order; ``unknown`` where no source names the format."""
+@dataclass(frozen=True)
+class MatmulWork:
+    """A trace's matmuls (:func:`matmul_events`), every event's dtype (:func:`event_dtypes`)
+    and the matmuls' work per (rank, dtype) (:func:`tensor_work_by_dtype`); the dtypes and the
+    table are None without matmuls. What NUM701 and the report's ``precision`` both read."""
+
+    mask: np.ndarray
+    dtypes: pd.Categorical | None
+    table: pd.DataFrame | None
+
+
+def matmul_work(trace: S.Trace) -> MatmulWork:
+    """The trace's :class:`MatmulWork`."""
     mask = matmul_events(trace)
     if not mask.any():
+        return MatmulWork(mask, None, None)
+    dtypes = event_dtypes(trace)
+    return MatmulWork(mask, dtypes, tensor_work_by_dtype(trace, mask, dtypes))
+
+
+def precision_records(trace: S.Trace, work: MatmulWork | None = None) -> list[dict]:
+    """The JSON report's ``precision``: per rank and format of its matmuls (tensor-engine
+    instructions, GPU matmul kernels), their count, summed time (ns) and FLOPs (0 where the
+    trace states none), rank then format order; ``unknown`` where no source names the format.
+    ``work``: the trace's :func:`matmul_work`, when already made."""
+    table = (work or matmul_work(trace)).table
+    if table is None:
         return []
-    table = tensor_work_by_dtype(trace, mask, event_dtypes(trace))
     return [
         {
             "rank": int(r.rank),
