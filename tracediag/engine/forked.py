@@ -4,8 +4,9 @@ Below :data:`~tracediag.io.threads.BIG_TRACE_EVENTS` the rules' time is mostly p
 Python's, which holds the GIL, so threads would not overlap them. A forked child starts with
 everything this process built (the trace, the graph, the analysis so far) at the cost of copying
 its page tables, takes the pieces it claims from a counter both processes share, and sends back
-what they returned. What a piece builds for itself in the child (a cached table) is not sent:
-the parent builds it again if it needs it, as it would have. The results come back pickled from
+what they returned. What a piece builds for itself in the child (a cached table) comes back
+only if the piece returns it (the engine's rules return a few small ones); the rest the parent
+builds again if it needs it, as it would have. The results come back pickled from
 the child this process forked, never from a file: this lives in the engine, not among the
 readers and the file layer, which unpickle nothing (tests/test_cache_security.py).
 """
