@@ -12,7 +12,6 @@ import pandas as pd
 from tracediag import __version__
 from tracediag.analysis.bounds import bounds_records, bounds_table
 from tracediag.analysis.context import Analysis
-from tracediag.analysis.durations import layer_durations, op_durations
 from tracediag.analysis.utilization import mfu_by_rank
 from tracediag.ci.saved_report import REPORT_SCHEMA
 from tracediag.engine.config import Config
@@ -136,10 +135,7 @@ class Diagnosis:
                     "ignored": dict(a.graph.dropped_edges),
                 },
             },
-            "durations": {
-                "by_layer": layer_durations(self.trace),
-                "by_op": op_durations(self.trace),
-            },
+            "durations": {k: [dict(row) for row in v] for k, v in a.durations.items()},
             "layout": a.layout.to_dict(),
             "bounds": bounds_records(self.bounds_df),
             "precision": precision_records(self.trace, a.matmul_work),
@@ -292,7 +288,7 @@ class Diagnosis:
         Each gap's ``<gap>_saving_ns`` is what the replayed step gains with it closed (NaN when
         the graph is too large to replay them all; ``gap_savings_note`` says so), see
         :func:`tracediag.whatif.bound_gaps.gap_savings`."""
-        return with_gap_savings(self.analysis, bounds_table(self.trace, self.analysis.hardware))
+        return with_gap_savings(self.analysis, self.analysis.bounds)
 
     def bounds_in(self, start_ns: int, end_ns: int) -> pd.DataFrame:
         """:attr:`bounds_df` over the window ``[start_ns, end_ns)`` (aligned ns) of every rank."""

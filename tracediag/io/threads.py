@@ -32,13 +32,18 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+def runs_in_threads(events: int) -> bool:
+    """Whether :func:`map_in_threads` spreads the pieces of a trace of ``events`` over threads."""
+    return events >= BIG_TRACE_EVENTS and min(cores(), MAX_THREADS) >= 2
+
+
 def map_in_threads(fn: Callable[[T], R], items: Iterable[T], *, events: int) -> list[R]:
     """``[fn(x) for x in items]``, in threads when the trace has ``events`` >=
     :data:`BIG_TRACE_EVENTS` and there are cores to share; the results in the items' order and
     the first item's error in that order raised, as in the loop."""
     items = list(items)
     threads = min(cores(), MAX_THREADS, len(items))
-    if threads < 2 or events < BIG_TRACE_EVENTS:
+    if threads < 2 or not runs_in_threads(events):
         return [fn(x) for x in items]
     with ThreadPoolExecutor(threads, thread_name_prefix="tracediag") as pool:
         return list(pool.map(fn, items))
