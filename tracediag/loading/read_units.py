@@ -34,6 +34,7 @@ from tracediag.loading import cache
 from tracediag.model import schema as S
 from tracediag.model.assembly import RankPart
 from tracediag.model.errors import TraceInputError, UsageError
+from tracediag.model.part_arena import PartArena
 
 #: Below this much input (bytes, all units together) an unset ``jobs`` reads serially.
 POOL_MIN_BYTES = 16 << 20
@@ -154,6 +155,8 @@ def _read_units(
     client = _dask_client(scheduler) if scheduler is not None and misses else None
     pending = _dispatch(units, misses, root, jobs, client)
     per_entry: list[list[RankPart]] = [[] for _ in found]
+    # Several units' numeric columns gathered as they arrive: assembly then copies none.
+    arena = PartArena(len(units)) if len(units) > 1 else None
     announced = set()
     last_unit = {unit.entry: i for i, unit in enumerate(units)}
     try:
@@ -166,6 +169,9 @@ def _read_units(
                 results[i] = _outcome(
                     pending.get(i), unit, remote=scheduler is not None, root=root, jobs=jobs
                 )
+            if arena is not None:
+                for part in results[i]:
+                    arena.adopt(part)
             per_entry[unit.entry] += results[i]
             if i == last_unit[unit.entry] and not per_entry[unit.entry]:
                 raise TraceInputError(found[unit.entry][0], "no events")

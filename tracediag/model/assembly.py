@@ -15,6 +15,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from tracediag.model import schema as S
+from tracediag.model.part_arena import joined_view
 from tracediag.model.replica_groups import split_by_replica_group
 from tracediag.model.untriggered_receives import bind_untriggered
 
@@ -243,7 +244,10 @@ def _concat_events(parts: list[RankPart], track_codes: list[np.ndarray]) -> pd.D
                 ignore_order=True,
             )
         elif all(isinstance(p.dtype, np.dtype) and p.dtype == pieces[0].dtype for p in pieces):
-            out[col] = np.concatenate([p.to_numpy() for p in pieces])  # what pd.concat does
+            arrays = [p.to_numpy() for p in pieces]
+            # Parts an arena gathered lie one after another already: no copy (part_arena).
+            joined = joined_view(arrays)
+            out[col] = joined if joined is not None else np.concatenate(arrays)
         else:
             out[col] = pd.concat(pieces, ignore_index=True)
     return pd.DataFrame(out, copy=False)
