@@ -78,4 +78,7 @@ def test_rules_in_threads_find_what_serial_rules_find(sample, two_cores, monkeyp
     threaded = diagnose(load([SAMPLES / sample], cache=False), Config())
     assert ran_in and all(name.startswith("tracediag") for name in ran_in)
     assert threaded.findings and threaded.findings == serial.findings
+    # The report's steps were made in the pool beside the rules; serially, when asked.
+    assert "job_steps" in threaded.analysis.__dict__
+    assert "job_steps" not in serial.analysis.__dict__
     assert threaded.to_dict() == serial.to_dict()
