@@ -43,8 +43,8 @@ alternations of the floor (``orjson.loads`` of the decompressed text, read untim
 ``report``, their median ratio (of wall and of CPU seconds) and the report's peak RSS; one ``read`` stage for the event
 count and the documents the piecewise Chrome reader gave up on (``fallbacks``: each decoded a
 second time, whole; any is printed, so that none hides); and, where HolisticTraceAnalysis is
-installed in a venv of its own (``--hta-python``, default ``../htavenv/bin/python``), HTA's
-load of the same file (``hta_load.py``). ``--case`` with it adds generated cases to the same
+installed in a venv of its own (``--hta-python``, default ``../htavenv/bin/python``; see
+``hta_critical_path.py`` for how to make it), HTA's load of the same file (``hta_load.py``). ``--case`` with it adds generated cases to the same
 run and table, measured the same way after the real traces (HTA on the real traces only).
 """
 

@@ -4,6 +4,10 @@
     python benchmarks/hta_critical_path.py --recorded      # HTA's figures recorded in the test
     python benchmarks/hta_critical_path.py --hta-python /path/to/htavenv/bin/python
 
+HTA's venv: ``python3 -m venv ../htavenv && ../htavenv/bin/pip install
+HolisticTraceAnalysis==0.5.0 'pandas<3'`` (HTA 0.5.0's critical path fails on pandas 3.1 with
+"Cannot specify both 'axis' and 'index'/'columns'"; its trace loading works on either).
+
 Per trace and window (each ProfilerStep HTA keeps, or one annotation's first instance on a
 trace without steps) it prints both splits in five coarse parts, as percentages of each tool's
 own path, and the largest difference in points:
