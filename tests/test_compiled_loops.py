@@ -4,11 +4,17 @@ where numba is installed, compiled."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from tracediag.analysis import intervals, peers
+from tracediag.graph import dependencies
 from tracediag.graph.dependencies import stable_order_by
+from tracediag.loading.loader import load
+
+SAMPLES = Path(__file__).parent.parent / "sample_traces"
 
 
 def _groups(rng, n):
@@ -56,3 +62,32 @@ def test_busy_loop_matches_the_numpy_path(seed):
             heads[:k].tolist(),
             sums[:k].tolist(),
         )
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_bucket_order_is_lexsorts(seed):
+    """The edges' binding order of a big graph (graph.dependencies._bucket_order): by
+    destination, latest end first, explicit edges before program order, then source, full ties
+    in index order; a destination of many edges (over 32: three stable sorts) among them."""
+    rng = np.random.default_rng(200 + seed)
+    n, m = int(rng.integers(1, 40)), int(rng.integers(0, 300))
+    dst = rng.integers(0, n, m)
+    if seed % 3 == 0:
+        dst[: m // 2] = 0  # one node with many edges
+    src, neg_end = rng.integers(0, n, m), rng.integers(-4, 4, m)  # ties on every key
+    explicit_first = rng.integers(0, 2, m).astype(np.int8)
+    want = np.lexsort((src, explicit_first, neg_end, dst))
+    got = dependencies._bucket_order(src, dst, neg_end, explicit_first, n)
+    np.testing.assert_array_equal(got, want)
+    kernel = dependencies._bucket_kernel()
+    if kernel is not None:
+        np.testing.assert_array_equal(kernel(src, dst, neg_end, explicit_first, n), want)
+
+
+def test_a_graph_built_with_the_compiled_binding_order_is_the_same(monkeypatch):
+    trace = load([SAMPLES / "neuron_parquet_straggler" / "parquet"], cache=False)
+    sorted_graph = dependencies.build_graph(trace)
+    monkeypatch.setattr(dependencies, "_COMPILE_ABOVE_EDGES", -1)
+    bucketed = dependencies.build_graph(trace)
+    for name in ("pred_ptr", "pred_src", "pred_code", "bind", "bind_code", "gap", "order"):
+        np.testing.assert_array_equal(getattr(bucketed, name), getattr(sorted_graph, name))
