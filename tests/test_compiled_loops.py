@@ -84,7 +84,26 @@ def test_bucket_order_is_lexsorts(seed):
         np.testing.assert_array_equal(kernel(src, dst, neg_end, explicit_first, n), want)
 
 
-def test_a_graph_built_with_the_compiled_binding_order_is_the_same(monkeypatch):
+@pytest.mark.parametrize("seed", range(20))
+def test_runs_ordered_by_minor_are_lexsorts(seed):
+    """The ties of a big graph's fused sort keys (graph.dependencies._order_runs): each run of
+    equal keys by ``minor``, full ties in index order; one run of over 32 among them."""
+    rng = np.random.default_rng(300 + seed)
+    n = int(rng.integers(0, 300))
+    key = rng.integers(0, int(rng.integers(1, 40)), n)
+    if seed % 4 == 0:
+        key[: n // 2] = 3  # one long run
+    minor = rng.integers(-3, 3, n)
+    want = np.lexsort((minor, key))
+    order = np.argsort(key, kind="stable")
+    got = dependencies._order_runs(order.copy(), key[order], minor)
+    np.testing.assert_array_equal(got, want)
+    kernel = dependencies._runs_kernel()
+    if kernel is not None:
+        np.testing.assert_array_equal(kernel(order.copy(), key[order], minor), want)
+
+
+def test_a_graph_built_with_the_compiled_sorts_is_the_same(monkeypatch):
     trace = load([SAMPLES / "neuron_parquet_straggler" / "parquet"], cache=False)
     sorted_graph = dependencies.build_graph(trace)
     monkeypatch.setattr(dependencies, "_COMPILE_ABOVE_EDGES", -1)

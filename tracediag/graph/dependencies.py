@@ -217,8 +217,13 @@ def _bucket_kernel():
 
 def _break_ties(key: np.ndarray, minor: np.ndarray) -> np.ndarray:
     """``np.lexsort((minor, key))``: one stable sort of ``key``, then ``minor`` orders only the
-    runs of equal keys (a second full sort pass would move nothing else)."""
+    runs of equal keys (a second full sort pass would move nothing else): on a big graph by the
+    compiled :func:`_order_runs`, else by a stable sort of the runs' members."""
     order = np.argsort(key, kind="stable")
+    if len(order) > _COMPILE_ABOVE_EDGES:
+        kernel = _runs_kernel()
+        if kernel is not None:
+            return kernel(order, key[order], minor)
     sorted_key = key[order]
     tie = sorted_key[1:] == sorted_key[:-1]
     del sorted_key
@@ -235,6 +240,41 @@ def _break_ties(key: np.ndarray, minor: np.ndarray) -> np.ndarray:
     run_of = np.where(pos > 0, run[np.maximum(pos, 1) - 1], 0)
     order[pos] = members[stable_order_by(run_of, minor[members])]
     return order
+
+
+def _order_runs(order, sorted_key, minor):
+    """In place: each run of ``order`` (a stable sort of a key; ``sorted_key`` the key in that
+    order) whose keys are equal ordered by ``minor``, stably (its members stand in index
+    order): an insertion sort for a short run, a stable sort for one of over 32. Plain Python
+    here; compiled by :func:`_runs_kernel`."""
+    n = len(order)
+    lo = 0
+    while lo < n:
+        hi = lo + 1
+        while hi < n and sorted_key[hi] == sorted_key[lo]:
+            hi += 1
+        if hi - lo > 32:
+            part = order[lo:hi].copy()
+            order[lo:hi] = part[np.argsort(minor[part], kind="mergesort")]
+        else:
+            for a in range(lo + 1, hi):
+                x = order[a]
+                b = a - 1
+                while b >= lo and minor[order[b]] > minor[x]:
+                    order[b + 1] = order[b]
+                    b -= 1
+                order[b + 1] = x
+        lo = hi
+    return order
+
+
+@functools.cache
+def _runs_kernel():
+    """The compiled :func:`_order_runs`, or None (the runs are then ordered by numpy)."""
+    from tracediag.io.compiled import compiled
+
+    one = np.zeros(1, dtype=np.int64)
+    return compiled(_order_runs, one.copy(), one, one)
 
 
 def build_graph(trace: S.Trace, extra_edges: pd.DataFrame | None = None) -> Graph:
