@@ -249,10 +249,9 @@ def _order_runs(order, sorted_key, minor):
     here; compiled by :func:`_runs_kernel`."""
     n = len(order)
     lo = 0
-    while lo < n:
-        hi = lo + 1
-        while hi < n and sorted_key[hi] == sorted_key[lo]:
-            hi += 1
+    for hi in range(1, n + 1):
+        if hi < n and sorted_key[hi] == sorted_key[lo]:
+            continue  # the run [lo, hi) goes on
         if hi - lo > 32:
             part = order[lo:hi].copy()
             order[lo:hi] = part[np.argsort(minor[part], kind="mergesort")]
