@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from tracediag.analysis import intervals, peers
-from tracediag.graph import dependencies
-from tracediag.graph.dependencies import stable_order_by
+from tracediag.graph import dependencies, sort_orders
+from tracediag.graph.sort_orders import stable_order_by
 from tracediag.loading.loader import load
 
 SAMPLES = Path(__file__).parent.parent / "sample_traces"
@@ -66,7 +66,7 @@ def test_busy_loop_matches_the_numpy_path(seed):
 
 @pytest.mark.parametrize("seed", range(20))
 def test_bucket_order_is_lexsorts(seed):
-    """The edges' binding order of a big graph (graph.dependencies._bucket_order): by
+    """The edges' binding order of a big graph (graph.sort_orders._bucket_order): by
     destination, latest end first, explicit edges before program order, then source, full ties
     in index order; a destination of many edges (over 32: three stable sorts) among them."""
     rng = np.random.default_rng(200 + seed)
@@ -77,16 +77,16 @@ def test_bucket_order_is_lexsorts(seed):
     src, neg_end = rng.integers(0, n, m), rng.integers(-4, 4, m)  # ties on every key
     explicit_first = rng.integers(0, 2, m).astype(np.int8)
     want = np.lexsort((src, explicit_first, neg_end, dst))
-    got = dependencies._bucket_order(src, dst, neg_end, explicit_first, n)
+    got = sort_orders._bucket_order(src, dst, neg_end, explicit_first, n)
     np.testing.assert_array_equal(got, want)
-    kernel = dependencies._bucket_kernel()
+    kernel = sort_orders._bucket_kernel()
     if kernel is not None:
         np.testing.assert_array_equal(kernel(src, dst, neg_end, explicit_first, n), want)
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_runs_ordered_by_minor_are_lexsorts(seed):
-    """The ties of a big graph's fused sort keys (graph.dependencies._order_runs): each run of
+    """The ties of a big graph's fused sort keys (graph.sort_orders._order_runs): each run of
     equal keys by ``minor``, full ties in index order; one run of over 32 among them."""
     rng = np.random.default_rng(300 + seed)
     n = int(rng.integers(0, 300))
@@ -96,9 +96,9 @@ def test_runs_ordered_by_minor_are_lexsorts(seed):
     minor = rng.integers(-3, 3, n)
     want = np.lexsort((minor, key))
     order = np.argsort(key, kind="stable")
-    got = dependencies._order_runs(order.copy(), key[order], minor)
+    got = sort_orders._order_runs(order.copy(), key[order], minor)
     np.testing.assert_array_equal(got, want)
-    kernel = dependencies._runs_kernel()
+    kernel = sort_orders._runs_kernel()
     if kernel is not None:
         np.testing.assert_array_equal(kernel(order.copy(), key[order], minor), want)
 
@@ -106,7 +106,7 @@ def test_runs_ordered_by_minor_are_lexsorts(seed):
 def test_a_graph_built_with_the_compiled_sorts_is_the_same(monkeypatch):
     trace = load([SAMPLES / "neuron_parquet_straggler" / "parquet"], cache=False)
     sorted_graph = dependencies.build_graph(trace)
-    monkeypatch.setattr(dependencies, "_COMPILE_ABOVE_EDGES", -1)
+    monkeypatch.setattr(sort_orders, "COMPILE_ABOVE_ROWS", -1)
     bucketed = dependencies.build_graph(trace)
     for name in ("pred_ptr", "pred_src", "pred_code", "bind", "bind_code", "gap", "order"):
         np.testing.assert_array_equal(getattr(bucketed, name), getattr(sorted_graph, name))

@@ -14,7 +14,7 @@ import pandas as pd
 from tracediag.analysis.group_codes import group_codes
 from tracediag.analysis.intervals import busy_ns_by_group
 from tracediag.analysis.peers import event_ordinals, peer_track_names
-from tracediag.graph.dependencies import stable_order_by
+from tracediag.graph.sort_orders import stable_order_by
 from tracediag.model import schema as S
 from tracediag.model import wording
 from tracediag.model.dma_rings import split_ring_names

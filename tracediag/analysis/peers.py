@@ -13,7 +13,7 @@ import functools
 import numpy as np
 import pandas as pd
 
-from tracediag.graph.dependencies import stable_order_by
+from tracediag.graph.sort_orders import stable_order_by
 from tracediag.model import schema as S
 
 

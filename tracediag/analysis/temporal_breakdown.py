@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracediag.graph.dependencies import stable_order_by
+from tracediag.graph.sort_orders import stable_order_by
 from tracediag.model import schema as S
 
 DEVICE_TRACK_KINDS = ("gpu_stream", "compute_engine", "dma_queue", "cc_core")

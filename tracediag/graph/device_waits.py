@@ -20,7 +20,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from tracediag.graph.dependencies import stable_order_by
+from tracediag.graph.sort_orders import stable_order_by
 from tracediag.graph.wait_evidence import (
     DEVICE_WAIT,
     DEVICE_WAKE_TOLERANCE_NS,

@@ -41,13 +41,13 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracediag.graph.dependencies import stable_order_by
 from tracediag.graph.device_waits import (
     DEVICE_WORK,
     blocking_calls,
     device_waits,
     dispatch_waits,
 )
+from tracediag.graph.sort_orders import stable_order_by
 from tracediag.graph.wait_evidence import (
     MIN_DEVICE_WAIT_NS,
     MIN_THREAD_SILENCE_NS,

@@ -33,10 +33,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracediag.graph.dependencies import stable_order_by
 from tracediag.graph.dma_queue_waits import QUEUE_WAIT, queue_wait_edges
 from tracediag.graph.idle_waits import idle_wait_edges, recorded_predecessors
 from tracediag.graph.receive_uses import RECEIVE_USE, receive_use_edges
+from tracediag.graph.sort_orders import stable_order_by
 from tracediag.graph.wait_evidence import (
     DEVICE_WAIT,
     DISPATCH_WAIT,

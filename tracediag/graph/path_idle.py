@@ -20,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracediag.graph.dependencies import Graph, stable_order_by
+from tracediag.graph.dependencies import Graph
+from tracediag.graph.sort_orders import stable_order_by
 from tracediag.graph.wait_evidence import MIN_THREAD_SILENCE_NS, search_pairs
 from tracediag.model import schema as S
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracediag.graph.dependencies import stable_order_by
+from tracediag.graph.sort_orders import stable_order_by
 from tracediag.graph.wait_evidence import empty_evidence_frame, evidence_frame, search_pairs
 from tracediag.model import schema as S
 
